@@ -1,0 +1,116 @@
+"""The HTTP shell: parse the request, call the admission core, serialise the answer. No policy lives here.
+
+`create_app(rules)` is an app factory with no import-time side effects; gunicorn calls ``create_app()``, which
+loads the rules named by ``AI_ADMISSION_RULES`` (or the default file) once, before the first request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from . import podview
+from .admission import MUTATE, VALIDATE, Verdict, decide, respond
+from .review import AdmissionRequest, ReviewError, build_response, parse_review
+from .rules import MODES, Rules, load_rules
+
+MAX_BODY_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a review carries object and oldObject
+log = logging.getLogger("ai_admission")
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message, "status": status}, status)
+
+
+def _read_review() -> AdmissionRequest:
+    mimetype = request.mimetype
+    if mimetype != "application/json":
+        raise ReviewError(f"Content-Type must be application/json, got {mimetype or 'none'!r}", status=415)
+    raw = request.get_data(cache=False)
+    try:
+        body = json.loads(raw)
+    except RecursionError as exc:
+        raise ReviewError("request body is nested too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReviewError(f"request body is not valid JSON: {exc}") from exc
+    return parse_review(body)
+
+
+def _log_admission(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float,
+                   patch_ops: int) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    meta = podview.metadata(review.object or {})
+    profile = verdict.profile if verdict else None
+    log.info(json.dumps({
+        "msg": "admission", "uid": review.uid, "endpoint": endpoint, "operation": review.operation,
+        "kind": review.kind, "namespace": review.namespace, "name": review.name or meta.get("generateName") or "",
+        "dryRun": review.dry_run, "class": profile.workload if profile else None,
+        "allowed": verdict.allowed if verdict else True, "mode": verdict.mode if verdict else None,
+        "reasons": verdict.reason_codes if verdict else [], "patchOps": patch_ops,
+        "durationMs": round((time.perf_counter() - started) * 1000, 3),
+    }, separators=(",", ":")))
+
+
+def create_app(rules: Rules | None = None) -> Flask:
+    """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given)."""
+    app = Flask("ai_admission")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    state = {"rules": rules if rules is not None else load_rules()}
+
+    def admit(endpoint: str, path_mode: str | None = None) -> Response:
+        started = time.perf_counter()
+        try:
+            review = _read_review()
+        except ReviewError as exc:
+            return _error(exc.status, exc.message)
+        try:
+            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode)
+            payload = respond(review, verdict)
+        except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
+            log.exception("internal error reviewing uid %s", review.uid)
+            verdict = None
+            payload = build_response(api_version=review.api_version, uid=review.uid, allowed=True,
+                                     warnings=["ai-admission had an internal error and admitted this pod unchecked"])
+        _log_admission(review, endpoint, verdict, started, len(verdict.patch) if verdict else 0)
+        return _json(payload)
+
+    @app.post("/validate")
+    def validate() -> Response:
+        return admit(VALIDATE)
+
+    @app.post("/validate/<mode>")
+    def validate_in_mode(mode: str) -> Response:
+        if mode not in MODES:
+            return _error(404, f"unknown mode {mode!r}; use /validate or /validate/{{{','.join(MODES)}}}")
+        return admit(VALIDATE, mode)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        return admit(MUTATE)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        current: Rules = state["rules"]
+        return _json({"status": "ready", "rules": current.source})
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        text = {413: f"request body is larger than {MAX_BODY_BYTES} bytes"}.get(status, exc.description or exc.name)
+        return _error(status, text)
+
+    return app

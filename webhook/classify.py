@@ -1,0 +1,67 @@
+"""Which of the four workload classes a pod belongs to, and why.
+
+Precedence: the explicit annotation, then the ordered signals of the rules (labels, owner kinds, env), then
+shape (an accelerator pod with no signal gets the rules' default class). Every answer carries a reason a
+person can read in ``kubectl get pod -o yaml`` or in a denial message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import names, podview
+from .hints import Hints
+from .rules import Rules, Signal
+
+NONE = "none"
+
+
+@dataclass(frozen=True)
+class Classification:
+    workload: str
+    reason: str
+    source: str  # "annotation" | "signal" | "default" | "none"
+
+
+def _match(signal: Signal, *, labels: Mapping[str, str], owners: list[dict[str, Any]],
+           env: Mapping[str, str | None], has_accelerator: bool) -> list[str] | None:
+    """The evidence for each condition of ``signal``, or None when one does not hold."""
+    if signal.requires_accelerator and not has_accelerator:
+        return None
+    evidence: list[str] = []
+    if signal.owners:
+        owner = next((o for o in owners if any(m.matches(o) for m in signal.owners)), None)
+        if owner is None:
+            return None
+        evidence.append(f"owner {owner.get('kind')}/{owner.get('name', '')}".rstrip("/"))
+    for label_match in signal.labels:
+        found = label_match.matches(labels)
+        if found is None:
+            return None
+        evidence.append(f"label {found}")
+    for env_match in signal.env:
+        found = env_match.matches(env)
+        if found is None:
+            return None
+        evidence.append(f"env {found}")
+    return evidence
+
+
+def classify(pod: Mapping[str, Any], *, rules: Rules, hints: Hints, has_accelerator: bool) -> Classification:
+    if hints.workload_type:
+        return Classification(hints.workload_type, f"annotation {names.WORKLOAD_TYPE}={hints.workload_type}",
+                              "annotation")
+    labels = podview.labels(pod)
+    owners = podview.owners(pod)
+    env = podview.pod_env(pod)
+    for signal in rules.signals:
+        evidence = _match(signal, labels=labels, owners=owners, env=env, has_accelerator=has_accelerator)
+        if evidence is not None:
+            return Classification(signal.workload, ", ".join(evidence), "signal")
+    if has_accelerator:
+        return Classification(rules.default_class,
+                              f"requests an accelerator and carries no workload signal; default class "
+                              f"{rules.default_class} (set annotation {names.WORKLOAD_TYPE} to choose)",
+                              "default")
+    return Classification(NONE, "requests no accelerator and carries no workload signal", "none")

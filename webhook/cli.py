@@ -1,0 +1,75 @@
+"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``certs dev`` (development certificates)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .rules import RULES_ENV, RulesError, load_rules
+
+DEV_CERTS = Path("certs/dev")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    if args.rules:
+        os.environ[RULES_ENV] = args.rules
+    if args.port:
+        os.environ["PORT"] = str(args.port)
+    try:
+        load_rules()
+    except RulesError as exc:
+        print(f"ai-admission: {exc}", file=sys.stderr)
+        return 2
+    tls_dir = Path(os.environ.get("AI_ADMISSION_TLS_DIR", DEV_CERTS))
+    if tls_dir == DEV_CERTS or args.dev_certs:
+        from certs import ensure_dev_certs
+
+        ensure_dev_certs(tls_dir)
+        os.environ["AI_ADMISSION_TLS_DIR"] = str(tls_dir)
+    gunicorn = shutil.which("gunicorn", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if gunicorn is None:
+        print("ai-admission: gunicorn is not installed", file=sys.stderr)
+        return 2
+    os.execv(gunicorn, [gunicorn, "-c", "python:webhook.gunicorn_conf"])
+    return 0  # pragma: no cover - execv does not return
+
+
+def _certs_dev(args: argparse.Namespace) -> int:
+    from certs import ensure_dev_certs
+
+    folder = ensure_dev_certs(args.dir, names=args.san or ("localhost", "127.0.0.1"))
+    print(f"development certificates in {folder} (ca.crt, tls.crt, tls.key)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ai-admission", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the webhook under gunicorn with TLS")
+    serve.add_argument("--port", type=int, help="port (default $PORT or 8443)")
+    serve.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml)")
+    serve.add_argument("--dev-certs", action="store_true",
+                       help="make development certificates in $AI_ADMISSION_TLS_DIR when missing")
+    serve.set_defaults(func=_serve)
+
+    certs = commands.add_parser("certs", help="certificate tooling")
+    certs_commands = certs.add_subparsers(dest="certs_command", required=True)
+    dev = certs_commands.add_parser("dev", help="make a development CA and serving pair (reused while valid)")
+    dev.add_argument("--dir", default=str(DEV_CERTS))
+    dev.add_argument("--san", action="append", help="subject alternative name (repeatable)")
+    dev.set_defaults(func=_certs_dev)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

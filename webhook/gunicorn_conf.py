@@ -1,0 +1,70 @@
+"""gunicorn settings for ai-admission (``gunicorn -c python:webhook.gunicorn_conf``).
+
+Environment: ``PORT`` (8443), ``AI_ADMISSION_BIND`` (host:port, default 127.0.0.1:$PORT; 0.0.0.0:8443 in a
+cluster), ``AI_ADMISSION_TLS_DIR`` (tls.crt/tls.key, default certs/dev), ``AI_ADMISSION_RULES`` (rules file),
+``WEB_CONCURRENCY`` (workers, default 2) and ``AI_ADMISSION_THREADS`` (threads per worker, default 4).
+
+Why these: the API server keeps a few long-lived keep-alive connections per webhook, so gthread workers with a
+keep-alive longer than its idle timeout (90 s) reuse TLS sessions instead of handshaking per pod; TLS 1.2 is
+the floor (the API server speaks 1.2 and 1.3).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import sys
+
+from webhook.rules import RulesError, load_rules
+
+_port = os.environ.get("PORT", "8443")
+_tls_dir = os.environ.get("AI_ADMISSION_TLS_DIR", "certs/dev")
+
+wsgi_app = "webhook.app:create_app()"
+bind = [os.environ.get("AI_ADMISSION_BIND", f"127.0.0.1:{_port}")]
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+worker_class = "gthread"
+threads = int(os.environ.get("AI_ADMISSION_THREADS", "4"))
+keepalive = 120
+timeout = 30
+graceful_timeout = 10
+certfile = os.path.join(_tls_dir, "tls.crt")
+keyfile = os.path.join(_tls_dir, "tls.key")
+limit_request_line = 4094
+limit_request_fields = 100
+accesslog = None
+proc_name = "ai-admission"
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
+    "root": {"level": "WARNING", "handlers": ["stderr"]},
+    "loggers": {
+        "ai_admission": {"level": os.environ.get("AI_ADMISSION_LOG_LEVEL", "INFO"), "handlers": ["stderr"],
+                         "propagate": False},
+        "gunicorn.error": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+        "gunicorn.access": {"level": "WARNING", "handlers": ["stderr"], "propagate": False},
+    },
+}
+
+
+def ssl_context(conf, default_ssl_context_factory):  # noqa: ANN001 - gunicorn's hook signature
+    context = default_ssl_context_factory()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def on_starting(server) -> None:  # noqa: ANN001
+    """Check the rules before any worker forks: a bad file stops start-up with one line, not a crash loop."""
+    try:
+        rules = load_rules()
+    except RulesError as exc:
+        logging.getLogger("gunicorn.error").error("ai-admission: cannot start: %s", exc)
+        sys.exit(2)
+    for path in (certfile, keyfile):
+        if not os.path.isfile(path):
+            logging.getLogger("gunicorn.error").error("ai-admission: cannot start: TLS file %s not found", path)
+            sys.exit(2)
+    server.log.info("ai-admission: rules %s loaded", rules.source)

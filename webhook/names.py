@@ -1,0 +1,11 @@
+"""The annotation and label names ai-admission reads and writes: its API towards users, not policy."""
+
+PREFIX = "ai-admission.io/"
+WORKLOAD_TYPE = PREFIX + "workload-type"
+GPU_MODEL = PREFIX + "gpu-model"
+GPU_MEMORY = PREFIX + "gpu-memory"
+MODEL_PARAMS = PREFIX + "model-params"
+MODEL_PRECISION = PREFIX + "model-precision"
+PREEMPTIBLE = PREFIX + "preemptible"
+MULTI_NODE = PREFIX + "multi-node"
+PROFILE = PREFIX + "profile"

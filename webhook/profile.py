@@ -1,0 +1,212 @@
+"""The resource profile: how many accelerators of which model, how much GPU memory, preemptible, multi-node.
+
+GPU counts follow the scheduler's effective-request rule, so the profile agrees with what the pod will
+actually hold: init containers run one at a time before the app containers, except restartable (sidecar) init
+containers that keep running beside everything started after them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Mapping
+
+from . import names, podview
+from .classify import Classification, classify
+from .findings import Finding, deny
+from .hints import Hints, read_hints
+from .quantity import QuantityError, format_bytes, parse_quantity
+from .rules import GpuModel, Rules
+
+_GB = Decimal(10**9)
+
+
+@dataclass(frozen=True)
+class Profile:
+    classification: Classification
+    hints: Hints
+    gpus: Mapping[str, int]                 # effective pod request per accelerator resource name
+    mig_memory: Decimal | None              # memory a MIG slice brings, when every accelerator is a MIG slice
+    model: GpuModel | None
+    model_name: str | None                  # as the user wrote it
+    model_source: str | None                # "annotation ai-admission.io/gpu-model", "nodeSelector gpu-type", ...
+    memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold
+    memory_total: Decimal | None            # bytes over all the pod's cards
+    memory_source: str | None               # how the need was worked out, for messages
+    preemptible: bool
+    multi_node: bool
+    multi_node_reason: str | None
+    problems: tuple[Finding, ...] = field(default=())
+
+    @property
+    def workload(self) -> str:
+        return self.classification.workload
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(self.gpus.values())
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_memory is not None
+
+    def gpu_text(self) -> str:
+        return ", ".join(f"{count} {name}" for name, count in sorted(self.gpus.items())) or "no accelerators"
+
+
+def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
+                         problems: list[Finding]) -> dict[str, int]:
+    """Accelerators one container asks for. For extended resources the limit is the request; both given must agree."""
+    requests, limits = podview.resources(container)
+    amounts: dict[str, int] = {}
+    for name in {*requests, *limits}:
+        if not isinstance(name, str) or not rules.is_accelerator(name):
+            continue
+        try:
+            request = parse_quantity(requests[name]) if name in requests else None
+            limit = parse_quantity(limits[name]) if name in limits else None
+        except QuantityError as exc:
+            problems.append(deny("invalid-quantity", f"{where}: resources for {name}: {exc}"))
+            continue
+        if request is not None and limit is not None and request != limit:
+            problems.append(deny("gpu-request-limit-mismatch",
+                                 f"{where}: {name} request ({requests[name]}) and limit ({limits[name]}) differ; "
+                                 f"accelerators cannot be overcommitted, so set both to the same whole number"))
+        value = limit if limit is not None else request
+        assert value is not None
+        if value != value.to_integral_value() or value < 0:
+            problems.append(deny("invalid-quantity", f"{where}: {name} must be a whole number of devices, not {value}"))
+            continue
+        if value:
+            amounts[name] = int(value)
+    return amounts
+
+
+def effective_gpus(pod: Mapping[str, Any], rules: Rules, problems: list[Finding]) -> dict[str, int]:
+    """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it)."""
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in podview.init_containers(pod):
+        where = f'init container "{container.get("name", "?")}"'
+        amounts = _accelerator_amounts(container, rules, where, problems)
+        if podview.is_sidecar(container):
+            for name, count in amounts.items():
+                sidecars[name] = sidecars.get(name, 0) + count
+        else:
+            for name in {*amounts, *sidecars}:
+                init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
+    app: dict[str, int] = dict(sidecars)
+    for container in podview.containers(pod):
+        where = f'container "{container.get("name", "?")}"'
+        for name, count in _accelerator_amounts(container, rules, where, problems).items():
+            app[name] = app.get(name, 0) + count
+    result = {name: max(app.get(name, 0), init_peak.get(name, 0)) for name in {*app, *init_peak}}
+    return {name: count for name, count in result.items() if count > 0}
+
+
+def _model_from_pod(pod: Mapping[str, Any], rules: Rules, hints: Hints) -> tuple[str | None, str | None]:
+    """(model name as written, where it was found): annotation, nodeSelector, then a required affinity term."""
+    if hints.gpu_model:
+        return hints.gpu_model, f"annotation {names.GPU_MODEL}"
+    selector = podview.string_map(podview.spec(pod).get("nodeSelector"))
+    for key in rules.model_keys:
+        if selector.get(key):
+            return selector[key], f"nodeSelector {key}"
+    affinity = podview.as_dict(podview.as_dict(podview.spec(pod).get("affinity")).get("nodeAffinity"))
+    required = podview.as_dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    for term in podview.as_list(required.get("nodeSelectorTerms")):
+        for expression in podview.as_list(podview.as_dict(term).get("matchExpressions")):
+            expression = podview.as_dict(expression)
+            values = podview.as_list(expression.get("values"))
+            if (expression.get("key") in rules.model_keys and expression.get("operator") == "In"
+                    and len(values) == 1 and isinstance(values[0], str)):
+                return values[0], f"required node affinity {expression['key']} In [{values[0]}]"
+    return None, None
+
+
+def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
+    """Memory per slice when every accelerator is a MIG slice of one size (nvidia.com/mig-1g.10gb -> 10 GB)."""
+    if not gpus or rules.mig_pattern is None:
+        return None
+    sizes = set()
+    for name in gpus:
+        match = rules.mig_pattern.match(name)
+        if not match or "mem" not in match.groupdict():
+            return None
+        sizes.add(Decimal(match.group("mem")) * _GB)
+    return min(sizes)
+
+
+def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int,
+                 mig_memory: Decimal | None) -> tuple[Decimal | None, Decimal | None, str | None]:
+    """(per GPU, total, explanation) of the GPU memory the pod needs, or Nones when it does not say."""
+    if hints.gpu_memory is not None:
+        total = hints.gpu_memory * max(gpu_count, 1)
+        return hints.gpu_memory, total, f"annotation {names.GPU_MEMORY}={format_bytes(hints.gpu_memory)} per GPU"
+    if hints.model_params is not None and hints.model_precision is not None:
+        policy = rules.classes.get(workload)
+        factor = policy.memory_factor if policy else Decimal(1)
+        per_param = rules.precisions[hints.model_precision]
+        total = Decimal(hints.model_params) * per_param * factor
+        explanation = (f"{_params_text(hints.model_params)} params x {per_param.normalize():f} bytes "
+                       f"({hints.model_precision})")
+        if factor != 1:
+            explanation += f" x {factor.normalize():f} ({workload} memory factor)"
+        explanation += f" = {format_bytes(total)}"
+        return total / max(gpu_count, 1), total, explanation
+    if mig_memory is not None:
+        return mig_memory, mig_memory * gpu_count, "implied by the MIG profile"
+    return None, None, None
+
+
+def _params_text(params: int) -> str:
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M")):
+        if params >= scale:
+            return f"{Decimal(params) / scale:.1f}".rstrip("0").rstrip(".") + suffix
+    return str(params)
+
+
+def _multi_node(pod: Mapping[str, Any], rules: Rules, hints: Hints, workload: str) -> tuple[bool, str | None]:
+    if hints.multi_node is not None:
+        return hints.multi_node, f"annotation {names.MULTI_NODE}={str(hints.multi_node).lower()}"
+    if workload != "training":
+        return False, None
+    world = podview.pod_env(pod).get("WORLD_SIZE")
+    try:
+        if world is not None and int(world) > 1:
+            return True, f"env WORLD_SIZE={world}"
+    except ValueError:
+        pass
+    replica_type = podview.labels(pod).get("training.kubeflow.org/replica-type", "")
+    if replica_type.lower() in rules.multi_node_replica_types:
+        return True, f"replica type {replica_type}"
+    return False, None
+
+
+def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
+    """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised."""
+    hints = read_hints(pod, rules)
+    problems: list[Finding] = list(hints.problems)
+    gpus = effective_gpus(pod, rules, problems)
+    classification = classify(pod, rules=rules, hints=hints, has_accelerator=bool(gpus))
+    workload = classification.workload
+    model_name, model_source = _model_from_pod(pod, rules, hints)
+    model = rules.find_model(model_name) if model_name else None
+    mig_memory = _mig_memory(gpus, rules)
+    per_gpu, total, memory_source = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)
+    policy = rules.classes.get(workload)
+    preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
+    multi_node, multi_node_reason = _multi_node(pod, rules, hints, workload)
+    return Profile(
+        classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
+        model=model, model_name=model_name, model_source=model_source,
+        memory_per_gpu=per_gpu, memory_total=total, memory_source=memory_source,
+        preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
+        problems=tuple(problems),
+    )
+
+
+def cards_needed(total: Decimal, model: GpuModel) -> int:
+    """The smallest number of ``model`` cards whose memory holds ``total`` bytes."""
+    return max(1, math.ceil(total / model.memory))

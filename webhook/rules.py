@@ -1,0 +1,336 @@
+"""Load `rules/*.yaml` once, check it against a schema, and compile it into immutable objects.
+
+Parsing happens at start-up (and on reload), never per request: the request path only reads these frozen
+dataclasses, with regular expressions compiled and the GPU catalog indexed by every name a model goes by.
+A bad file raises `RulesError` whose one-line message names the file, the path inside it and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from .quantity import QuantityError, parse_quantity
+
+WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
+MODES = ("deny", "warn", "audit")
+RULES_ENV = "AI_ADMISSION_RULES"
+
+
+class RulesError(Exception):
+    """The rules file cannot be used. ``str()`` is one line: ``file: path: problem``."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One catalog entry: what a card of this model holds and how many share a node."""
+
+    name: str
+    memory: Decimal
+    interconnect: str
+    gpus_per_node: int
+    labels: Mapping[str, str]
+
+    def label_value(self, key: str) -> str:
+        """The node-label value naming this model under ``key`` (the catalog name when the key is not listed)."""
+        return self.labels.get(key, self.name)
+
+
+@dataclass(frozen=True)
+class PriorityClassSpec:
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    name: str
+    preemptible: bool
+    memory_factor: Decimal
+    priority_class: PriorityClassSpec | None
+    allowed_priority_classes: frozenset[str]
+    warn_guaranteed_qos: bool
+
+
+@dataclass(frozen=True)
+class LabelMatch:
+    key: str | None
+    key_pattern: re.Pattern[str] | None
+    values: frozenset[str] | None
+    value_pattern: re.Pattern[str] | None
+
+    def matches(self, labels: Mapping[str, str]) -> str | None:
+        """Return the matching ``key=value`` text, or None."""
+        if self.key is not None:
+            candidates = [(self.key, labels[self.key])] if self.key in labels else []
+        else:
+            assert self.key_pattern is not None
+            candidates = [(k, v) for k, v in labels.items() if self.key_pattern.search(k)]
+        for key, value in candidates:
+            value = value if isinstance(value, str) else str(value)
+            if self.values is not None and value not in self.values:
+                continue
+            if self.value_pattern is not None and not self.value_pattern.search(value):
+                continue
+            return f"{key}={value}" if value else key
+        return None
+
+
+@dataclass(frozen=True)
+class EnvMatch:
+    name: str | None
+    name_pattern: re.Pattern[str] | None
+    values: frozenset[str] | None
+    value_pattern: re.Pattern[str] | None
+    greater_than: float | None
+
+    def matches(self, env: Mapping[str, str | None]) -> str | None:
+        """``env`` maps names to literal values (None when set through valueFrom). Returns ``NAME=value``."""
+        if self.name is not None:
+            candidates = [(self.name, env[self.name])] if self.name in env else []
+        else:
+            assert self.name_pattern is not None
+            candidates = [(k, v) for k, v in env.items() if self.name_pattern.search(k)]
+        for name, value in candidates:
+            if self.values is not None and value not in self.values:
+                continue
+            if self.value_pattern is not None and (value is None or not self.value_pattern.search(value)):
+                continue
+            if self.greater_than is not None:
+                try:
+                    if value is None or not float(value) > self.greater_than:
+                        continue
+                except ValueError:
+                    continue
+            return f"{name}={value}" if value is not None else name
+        return None
+
+
+@dataclass(frozen=True)
+class OwnerMatch:
+    kind: str
+    api_group: str | None
+
+    def matches(self, owner: Mapping[str, Any]) -> bool:
+        if owner.get("kind") != self.kind:
+            return False
+        if self.api_group is None:
+            return True
+        api_version = str(owner.get("apiVersion", ""))
+        group = api_version.rpartition("/")[0]
+        return group == self.api_group
+
+
+@dataclass(frozen=True)
+class Signal:
+    workload: str
+    owners: tuple[OwnerMatch, ...]
+    labels: tuple[LabelMatch, ...]
+    env: tuple[EnvMatch, ...]
+    requires_accelerator: bool
+    index: int
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Everything the policy core reads; built by `compile_rules`, never mutated."""
+
+    source: str
+    default_class: str
+    default_mode: str
+    namespace_modes: Mapping[str, str]
+    gpu_resources: frozenset[str]
+    mig_pattern: re.Pattern[str] | None
+    mig_needs_model: bool
+    model_keys: tuple[str, ...]
+    precisions: Mapping[str, Decimal]
+    catalog: Mapping[str, GpuModel]
+    model_index: Mapping[str, GpuModel]
+    classes: Mapping[str, ClassPolicy]
+    signals: tuple[Signal, ...]
+    multi_node_replica_types: frozenset[str]
+    warn_missing_host_memory: bool
+    warn_tensor_parallel_over_pcie: bool
+    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def find_model(self, name: str) -> GpuModel | None:
+        return self.model_index.get(normalize_model_name(name))
+
+    def is_accelerator(self, resource: str) -> bool:
+        return resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
+
+
+def normalize_model_name(name: str) -> str:
+    """Model names compare case-insensitively with `_` and `-` alike (GFD uses `-`, some clusters `_`)."""
+    return str(name).strip().lower().replace("_", "-")
+
+
+def default_rules_path() -> Path:
+    """`AI_ADMISSION_RULES`, else `rules/default.yaml` in the working tree, else the copy shipped in the package."""
+    configured = os.environ.get(RULES_ENV)
+    if configured:
+        return Path(configured)
+    local = Path("rules/default.yaml")
+    if local.is_file():
+        return local
+    return Path(str(resources.files("webhook") / "default_rules.yaml"))
+
+
+def load_rules(path: str | os.PathLike[str] | None = None) -> Rules:
+    """Read, check and compile a rules file (a directory means its `rules.yaml`, as mounted from a ConfigMap)."""
+    rules_path = Path(path) if path is not None else default_rules_path()
+    if rules_path.is_dir():
+        rules_path = rules_path / "rules.yaml"
+    try:
+        text = rules_path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RulesError(f"{rules_path}: cannot read: {exc.strerror or exc}") from exc
+    return parse_rules(text, source=str(rules_path))
+
+
+def parse_rules(text: str, *, source: str = "<rules>") -> Rules:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "document"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RulesError(f"{source}: {where}: invalid YAML: {problem}") from exc
+    return compile_rules(document, source=source)
+
+
+def _schema() -> dict[str, Any]:
+    return json.loads((resources.files("webhook") / "rules.schema.json").read_text(encoding="utf-8"))
+
+
+_VALIDATOR: jsonschema.protocols.Validator | None = None
+
+
+def _validator() -> jsonschema.protocols.Validator:
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        schema = _schema()
+        cls = jsonschema.validators.validator_for(schema)
+        _VALIDATOR = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return _VALIDATOR
+
+
+def _path(parts: Any) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _fail(source: str, path: Any, problem: str) -> RulesError:
+    return RulesError(f"{source}: {_path(path)}: {problem}")
+
+
+def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
+    """Check ``document`` against the schema and the cross-references, and build `Rules`."""
+    if not isinstance(document, dict):
+        raise RulesError(f"{source}: (top level): expected a mapping of rules, got {type(document).__name__}")
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    if error is not None:
+        message = error.message
+        if error.validator == "pattern" and "description" in error.schema:
+            message = f"{error.instance!r} is not {error.schema['description']}"
+        raise _fail(source, error.absolute_path, message)
+
+    classes = {name: _compile_class(name, spec) for name, spec in document["classes"].items()}
+    if document["defaultClass"] not in classes:
+        raise _fail(source, ["defaultClass"], f"{document['defaultClass']!r} is not one of {', '.join(WORKLOAD_CLASSES)}")
+
+    catalog: dict[str, GpuModel] = {}
+    index: dict[str, GpuModel] = {}
+    for name, spec in document["catalog"].items():
+        try:
+            memory = parse_quantity(spec["memory"])
+        except QuantityError as exc:
+            raise _fail(source, ["catalog", name, "memory"], str(exc)) from exc
+        model = GpuModel(name=name, memory=memory, interconnect=str(spec["interconnect"]).lower(),
+                         gpus_per_node=int(spec["gpusPerNode"]), labels=dict(spec.get("labels") or {}))
+        catalog[name] = model
+        for alias in [name, *model.labels.values(), *(spec.get("aliases") or [])]:
+            key = normalize_model_name(alias)
+            other = index.get(key)
+            if other is not None and other is not model:
+                raise _fail(source, ["catalog", name], f"name {alias!r} already names {other.name!r}")
+            index[key] = model
+
+    signals = tuple(_compile_signal(i, spec) for i, spec in enumerate(document["signals"]))
+    accelerators = document["accelerators"]
+    mig = accelerators.get("migPattern")
+    modes = document["modes"]
+    validation = document.get("validation") or {}
+    return Rules(
+        source=source,
+        default_class=document["defaultClass"],
+        default_mode=modes["default"],
+        namespace_modes=dict(modes.get("namespaces") or {}),
+        gpu_resources=frozenset(accelerators["resources"]),
+        mig_pattern=re.compile(mig) if mig else None,
+        mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
+        model_keys=tuple(document["modelKeys"]),
+        precisions={k.lower(): Decimal(str(v)) for k, v in document["precisions"].items()},
+        catalog=catalog,
+        model_index=index,
+        classes=classes,
+        signals=signals,
+        multi_node_replica_types=frozenset(t.lower() for t in (document.get("multiNode") or {}).get("replicaTypes", [])),
+        warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
+        warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
+        raw=document,
+    )
+
+
+def _compile_class(name: str, spec: Mapping[str, Any]) -> ClassPolicy:
+    pc = spec.get("priorityClass")
+    priority = None
+    if pc:
+        priority = PriorityClassSpec(name=pc["name"], value=int(pc["value"]),
+                                     preemption_policy=pc.get("preemptionPolicy", "PreemptLowerPriority"),
+                                     description=pc.get("description", ""))
+    allowed = set(spec.get("allowedPriorityClasses") or [])
+    if priority:
+        allowed.add(priority.name)
+    return ClassPolicy(name=name, preemptible=bool(spec["preemptible"]),
+                       memory_factor=Decimal(str(spec["memoryFactor"])), priority_class=priority,
+                       allowed_priority_classes=frozenset(allowed),
+                       warn_guaranteed_qos=bool(spec.get("warnGuaranteedQoS", False)))
+
+
+def _regex(value: str | None) -> re.Pattern[str] | None:
+    return re.compile(value) if value is not None else None
+
+
+def _compile_signal(index: int, spec: Mapping[str, Any]) -> Signal:
+    return Signal(
+        workload=spec["class"],
+        owners=tuple(OwnerMatch(kind=o["kind"], api_group=o.get("apiGroup")) for o in spec.get("owners", [])),
+        labels=tuple(
+            LabelMatch(key=m.get("key"), key_pattern=_regex(m.get("keyPattern")),
+                       values=frozenset(m["values"]) if "values" in m else None,
+                       value_pattern=_regex(m.get("valuePattern")))
+            for m in spec.get("labels", [])
+        ),
+        env=tuple(
+            EnvMatch(name=m.get("name"), name_pattern=_regex(m.get("namePattern")),
+                     values=frozenset(m["values"]) if "values" in m else None,
+                     value_pattern=_regex(m.get("valuePattern")), greater_than=m.get("greaterThan"))
+            for m in spec.get("env", [])
+        ),
+        requires_accelerator=bool(spec.get("requiresAccelerator", False)),
+        index=index,
+    )
