@@ -35,6 +35,7 @@ limit_request_line = 4094
 limit_request_fields = 100
 accesslog = None
 proc_name = "ai-admission"
+control_socket_disable = True  # no runtime control interface needed; $HOME is read-only in the cluster
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -59,7 +59,7 @@ def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
     count = profile.gpu_count
     if count > model.gpus_per_node:
         found.append(deny("gpu-count-exceeds-node",
-                          f"{count} GPUs in one pod, but a {model.name} node holds {model.gpus_per_node}; "
+                          f"{count} GPUs in one pod, but one {model.name} node holds {model.gpus_per_node}; "
                           f"split the work over several pods (one per node) or use fewer GPUs"))
     if profile.memory_per_gpu is not None and profile.memory_per_gpu > model.memory:
         card = format_bytes(model.memory)
@@ -81,7 +81,7 @@ def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
                              else "shard the model over several pods"))
             found.append(deny("gpu-memory-exceeds",
                               f"needs {format_bytes(profile.memory_total)} of GPU memory ({profile.memory_source}) "
-                              f"but {count} x {model.name} hold {format_bytes(model.memory * count)}; {advice}"))
+                              f"but {count} x {model.name} give {format_bytes(model.memory * count)}; {advice}"))
     return found
 
 

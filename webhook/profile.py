@@ -153,7 +153,6 @@ def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int,
                        f"({hints.model_precision})")
         if factor != 1:
             explanation += f" x {factor.normalize():f} ({workload} memory factor)"
-        explanation += f" = {format_bytes(total)}"
         return total / max(gpu_count, 1), total, explanation
     if mig_memory is not None:
         return mig_memory, mig_memory * gpu_count, "implied by the MIG profile"

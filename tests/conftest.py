@@ -1,0 +1,104 @@
+"""The test session starts the real webhook (gunicorn, TLS, the shipped config) once and talks HTTPS to it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import requests
+
+from certs import ensure_dev_certs
+from webhook.rules import Rules, load_rules
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES_FILE = ROOT / "rules" / "default.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A running webhook: its base URL, the CA to verify it with, and the gunicorn master process."""
+
+    url: str
+    ca: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def post(self, path: str, body: Any = None, *, data: bytes | None = None,
+             headers: dict[str, str] | None = None, timeout: float = 10) -> requests.Response:
+        # verify= on each call: REQUESTS_CA_BUNDLE would override a Session's verify.
+        if data is None:
+            return requests.post(self.url + path, json=body, headers=headers, verify=self.ca, timeout=timeout)
+        return requests.post(self.url + path, data=data, headers=headers, verify=self.ca, timeout=timeout)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, verify=self.ca, timeout=10)
+
+    def review(self, path: str, review: dict[str, Any]) -> dict[str, Any]:
+        """POST a review, check the envelope, and return ``response``."""
+        answer = self.post(path, review)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["apiVersion"] == review["apiVersion"]
+        assert body["kind"] == "AdmissionReview"
+        assert body["response"]["uid"] == review["request"]["uid"]
+        return body["response"]
+
+    def worker_pids(self) -> set[int]:
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        return {int(pid) for pid in children}
+
+
+def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, str] | None = None) -> Server:
+    tls = ensure_dev_certs(tmp / "tls")
+    port = free_port()
+    log = tmp / "gunicorn.log"
+    env = {**os.environ, "PORT": str(port), "AI_ADMISSION_TLS_DIR": str(tls), "AI_ADMISSION_RULES": str(rules),
+           **(extra_env or {})}
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    server = Server(url=f"https://127.0.0.1:{port}", ca=str(tls / "ca.crt"), process=process, log=log)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if server.get("/healthz").status_code == 200:
+                return server
+        except requests.ConnectionError:
+            time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError(f"gunicorn did not answer within 30 s:\n{log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        server.process.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = start_server(tmp_path_factory.mktemp("webhook"))
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture(scope="session")
+def rules() -> Rules:
+    return load_rules(RULES_FILE)

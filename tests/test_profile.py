@@ -1,0 +1,141 @@
+"""Profile edge cases: the scheduler's effective-request rule, requests vs limits, models, memory, multi-node."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from webhook.profile import build_profile
+from webhook.rules import Rules
+
+
+def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None, annotations: dict[str, str] | None = None,
+        node_selector: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers)}
+    if init is not None:
+        spec["initContainers"] = init
+    if node_selector is not None:
+        spec["nodeSelector"] = node_selector
+    return {"metadata": {"name": "p", "annotations": annotations or {}, "labels": labels or {}}, "spec": spec}
+
+
+def gpu(name: str, count: Any, *, resource: str = "nvidia.com/gpu", kind: str = "limits",
+        restart: str | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": name, "resources": {kind: {resource: count}}}
+    if restart:
+        container["restartPolicy"] = restart
+    return container
+
+
+def test_app_containers_add_up(rules: Rules) -> None:
+    assert build_profile(pod(gpu("a", "2"), gpu("b", "3")), rules).gpus == {"nvidia.com/gpu": 5}
+
+
+def test_plain_init_container_counts_only_when_larger(rules: Rules) -> None:
+    assert build_profile(pod(gpu("app", "2"), init=[gpu("warmup", "4")]), rules).gpus == {"nvidia.com/gpu": 4}
+    assert build_profile(pod(gpu("app", "4"), init=[gpu("warmup", "1")]), rules).gpus == {"nvidia.com/gpu": 4}
+
+
+def test_sidecar_init_containers_run_beside_the_app(rules: Rules) -> None:
+    profile = build_profile(pod(gpu("app", "2"), init=[gpu("proxy", "1", restart="Always")]), rules)
+    assert profile.gpus == {"nvidia.com/gpu": 3}
+
+
+def test_sidecar_started_before_a_plain_init_container_runs_beside_it(rules: Rules) -> None:
+    init = [gpu("sidecar", "1", restart="Always"), gpu("prepare", "4")]
+    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 5}
+
+
+def test_sidecar_started_after_a_plain_init_container_does_not_add_to_it(rules: Rules) -> None:
+    init = [gpu("prepare", "4"), gpu("sidecar", "1", restart="Always")]
+    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 4}
+
+
+def test_requests_without_limits_count(rules: Rules) -> None:
+    assert build_profile(pod(gpu("a", "2", kind="requests")), rules).gpus == {"nvidia.com/gpu": 2}
+
+
+def test_numbers_from_hand_written_yaml_count(rules: Rules) -> None:
+    assert build_profile(pod(gpu("a", 2)), rules).gpus == {"nvidia.com/gpu": 2}
+
+
+def test_two_gpu_resource_names_are_kept_apart(rules: Rules) -> None:
+    profile = build_profile(pod(gpu("n", "1"), gpu("a", "2", resource="amd.com/gpu")), rules)
+    assert profile.gpus == {"nvidia.com/gpu": 1, "amd.com/gpu": 2}
+    assert profile.gpu_count == 3
+    assert profile.gpu_text() == "2 amd.com/gpu, 1 nvidia.com/gpu"
+
+
+def test_other_extended_resources_are_not_gpus(rules: Rules) -> None:
+    profile = build_profile(pod({"name": "c", "resources": {"limits": {"rdma/ib": "1", "cpu": "2"}}}), rules)
+    assert profile.gpus == {}
+    assert profile.workload == "none"
+
+
+def test_zero_gpus_is_no_gpu(rules: Rules) -> None:
+    assert build_profile(pod(gpu("a", "0")), rules).gpus == {}
+
+
+def test_mig_slice_implies_memory(rules: Rules) -> None:
+    profile = build_profile(pod(gpu("a", "2", resource="nvidia.com/mig-3g.40gb")), rules)
+    assert profile.is_mig
+    assert profile.memory_per_gpu == Decimal(40 * 10**9)
+    assert profile.memory_total == Decimal(80 * 10**9)
+
+
+def test_gpu_memory_annotation_is_per_gpu(rules: Rules) -> None:
+    profile = build_profile(pod(gpu("a", "4"), annotations={"ai-admission.io/gpu-memory": "20Gi"}), rules)
+    assert profile.memory_per_gpu == 20 * 2**30
+    assert profile.memory_total == 80 * 2**30
+
+
+@pytest.mark.parametrize("workload, factor", [("training", 4), ("inference", Decimal("1.2"))])
+def test_model_params_use_the_class_memory_factor(rules: Rules, workload: str, factor: Any) -> None:
+    notes = {"ai-admission.io/model-params": "7.5B", "ai-admission.io/model-precision": "int4",
+             "ai-admission.io/workload-type": workload}
+    profile = build_profile(pod(gpu("a", "1"), annotations=notes), rules)
+    assert profile.memory_total == Decimal(7_500_000_000) * Decimal("0.5") * Decimal(factor)
+
+
+@pytest.mark.parametrize("where, value, expected", [
+    ({"annotations": {"ai-admission.io/gpu-model": "H100"}}, "H100", "h100-80g"),
+    ({"node_selector": {"gpu-type": "a100-80g"}}, "a100-80g", "a100-80g"),
+    ({"node_selector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}}, "NVIDIA-A100-SXM4-40GB", "a100-40g"),
+    ({"node_selector": {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}}, "nvidia-h100-80gb", "h100-80g"),
+    ({"node_selector": {"nvidia.com/gpu.product": "NVIDIA_L4"}}, "NVIDIA_L4", "l4-24g"),
+])
+def test_model_sources(rules: Rules, where: dict[str, Any], value: str, expected: str) -> None:
+    profile = build_profile(pod(gpu("a", "1"), **where), rules)
+    assert profile.model_name == value
+    assert profile.model is not None and profile.model.name == expected
+
+
+def test_annotation_model_wins_over_node_selector(rules: Rules) -> None:
+    profile = build_profile(pod(gpu("a", "1"), annotations={"ai-admission.io/gpu-model": "l4"},
+                                node_selector={"gpu-type": "a100-80g"}), rules)
+    assert profile.model is not None and profile.model.name == "l4-24g"
+    assert profile.model_source == "annotation ai-admission.io/gpu-model"
+
+
+def test_affinity_with_several_values_does_not_pin_a_model(rules: Rules) -> None:
+    p = pod(gpu("a", "1"))
+    p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["a100-80g", "h100-80g"]}]}]}}}
+    assert build_profile(p, rules).model_name is None
+
+
+def test_preemptible_comes_from_class_and_annotation_overrides(rules: Rules) -> None:
+    batch = build_profile(pod(gpu("a", "1")), rules)
+    assert batch.workload == "batch" and batch.preemptible is True
+    pinned = build_profile(pod(gpu("a", "1"), annotations={"ai-admission.io/preemptible": "false"}), rules)
+    assert pinned.preemptible is False
+
+
+def test_multi_node_annotation_and_world_size(rules: Rules) -> None:
+    single = pod({"name": "t", "env": [{"name": "WORLD_SIZE", "value": "1"}], "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                 annotations={"ai-admission.io/workload-type": "training"})
+    assert build_profile(single, rules).multi_node is False
+    forced = pod(gpu("a", "1"), annotations={"ai-admission.io/multi-node": "true"})
+    assert build_profile(forced, rules).multi_node is True

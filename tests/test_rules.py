@@ -1,0 +1,92 @@
+"""The rules file: the shipped one loads; bad ones fail with file, path and problem in one line."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import RULES_FILE, ROOT, free_port
+from webhook.admission import judge_pod, resolve_mode
+from webhook.rules import RulesError, compile_rules, load_rules, parse_rules
+
+DEFAULT = yaml.safe_load(RULES_FILE.read_text())
+
+
+def broken(change: Any) -> dict[str, Any]:
+    document = copy.deepcopy(DEFAULT)
+    change(document)
+    return document
+
+
+def test_default_rules_cover_the_catalog_the_issue_asks_for() -> None:
+    rules = load_rules(RULES_FILE)
+    for name in ["a100-40g", "a100-80g", "h100-80g", "h200-141g", "b200", "l40s", "l4", "a10", "t4", "v100", "mi300x"]:
+        assert rules.find_model(name) is not None, name
+    assert set(rules.classes) == {"training", "inference", "batch", "hpo"}
+
+
+def test_packaged_copy_is_the_same_file() -> None:
+    assert (ROOT / "webhook" / "default_rules.yaml").read_text() == RULES_FILE.read_text()
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d.pop("catalog"), "(top level): 'catalog' is a required property"),
+    (lambda d: d["catalog"]["a100-80g"].update(memory="lots"), "catalog.a100-80g.memory: 'lots' is not a Kubernetes quantity"),
+    (lambda d: d["classes"]["batch"].update(memoryFactor="big"), "classes.batch.memoryFactor: 'big' is not of type 'number'"),
+    (lambda d: d["modes"].update(default="block"), "modes.default: 'block' is not one of ['deny', 'warn', 'audit']"),
+    (lambda d: d["signals"].append({"class": "gaming", "labels": [{"key": "x"}]}), f"signals[{len(DEFAULT['signals'])}].class: 'gaming' is not one of"),
+    (lambda d: d["signals"].append({"class": "batch", "labels": [{"keyPattern": "("}]}), f"signals[{len(DEFAULT['signals'])}].labels[0].keyPattern: '(' is not a 'regex'"),
+    (lambda d: d["catalog"]["l4-24g"].update(aliases=["h100"]), "catalog.l4-24g: name 'h100' already names 'h100-80g'"),
+    (lambda d: d.update(defaultClass="gaming"), "defaultClass: 'gaming' is not one of training, inference, batch, hpo"),
+])
+def test_bad_rules_fail_with_path_and_problem(change: Any, expected: str) -> None:
+    with pytest.raises(RulesError) as caught:
+        compile_rules(broken(change), source="rules.yaml")
+    message = str(caught.value)
+    assert message.startswith("rules.yaml: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_line_and_column() -> None:
+    with pytest.raises(RulesError, match=r"^bad.yaml: line 3 column 1: invalid YAML: expected the node content"):
+        parse_rules("version: 1\ncatalog: [\n", source="bad.yaml")
+
+
+def test_missing_file() -> None:
+    with pytest.raises(RulesError, match="nope.yaml: cannot read"):
+        load_rules("nope.yaml")
+
+
+def test_directory_means_rules_yaml_inside(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(RULES_FILE.read_text())
+    assert load_rules(tmp_path).source == str(tmp_path / "rules.yaml")
+
+
+def test_namespace_mode_map_needs_no_api_call() -> None:
+    rules = compile_rules(broken(lambda d: d["modes"].update(namespaces={"sandbox": "warn"})))
+    assert resolve_mode(rules, namespace="sandbox", path_mode=None) == "warn"
+    assert resolve_mode(rules, namespace="prod", path_mode=None) == "deny"
+    assert resolve_mode(rules, namespace="sandbox", path_mode="deny") == "deny"
+    bare = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    verdict = judge_pod(bare, rules=rules, mode=resolve_mode(rules, namespace="sandbox", path_mode=None), subject="pod")
+    assert verdict.allowed and any("would deny" in w for w in verdict.warnings)
+
+
+def test_server_refuses_to_start_with_bad_rules(tmp_path: Path) -> None:
+    bad = tmp_path / "rules.yaml"
+    bad.write_text(yaml.safe_dump(broken(lambda d: d["classes"]["batch"].update(preemptible="maybe"))))
+    env = {"PATH": str(Path(sys.executable).parent), "PORT": str(free_port()), "AI_ADMISSION_RULES": str(bad),
+           "AI_ADMISSION_TLS_DIR": str(tmp_path)}
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    done = subprocess.run([gunicorn, "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert f"cannot start: {bad}: classes.batch.preemptible: 'maybe' is not of type 'boolean'" in done.stderr
+    assert "Traceback" not in done.stderr
