@@ -25,6 +25,10 @@ class PodCase:
     warnings: list[str] | None = None
     multi_node: bool | None = None
     namespace: str | None = None
+    mutated: dict[str, Any] | None = None
+    mutated_at: dict[str, Any] = field(default_factory=dict)
+    mutation_warnings: list[str] | None = None
+    absent_after_mutation: list[str] = field(default_factory=list)
 
 
 def load_pod_cases() -> list[PodCase]:
@@ -37,6 +41,8 @@ def load_pod_cases() -> list[PodCase]:
             workload=expect["class"], codes=expect.get("codes", []), message=expect.get("message", []),
             absent=expect.get("absent", []), warnings=expect.get("warnings"), multi_node=expect.get("multiNode"),
             namespace=(data.get("request") or {}).get("namespace"),
+            mutated=data.get("mutated"), mutated_at=data.get("mutatedAt") or {}, mutation_warnings=expect.get("mutationWarnings"),
+            absent_after_mutation=expect.get("absentAfterMutation", []),
         ))
     return cases
 

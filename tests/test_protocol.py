@@ -93,12 +93,6 @@ def test_invalid_annotation_is_denied(server: Server) -> None:
     assert "needs ai-admission.io/model-precision beside it" in message
 
 
-def test_mutate_admits_unchanged_for_now(server: Server) -> None:
-    review = admission_review(GPU_POD)
-    response = server.review("/mutate", review)
-    assert response["allowed"] is True
-
-
 @pytest.mark.parametrize("body, fragment", [
     (b"{not json", "not valid JSON"),
     (b"[]", "expected a JSON object"),
@@ -157,3 +151,11 @@ def test_no_worker_died(server: Server) -> None:
     assert server.worker_pids() == before
     assert "Worker exiting" not in server.log.read_text()
     assert "Traceback" not in server.log.read_text()
+
+
+def test_model_annotation_conflicting_with_node_selector_is_denied(server: Server) -> None:
+    pod = {"metadata": {"name": "c", "annotations": {"ai-admission.io/gpu-model": "h100", "ai-admission.io/gpu-memory": "10Gi"}},
+           "spec": {"nodeSelector": {"gpu-type": "a100-80g"},
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]}}
+    message = server.review("/validate", admission_review(pod))["status"]["message"]
+    assert 'annotation ai-admission.io/gpu-model says "h100" but nodeSelector gpu-type pins "a100-80g"' in message

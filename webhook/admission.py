@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from . import podview
 from .findings import Finding
+from .mutate import mutate_pod
 from .policy import evaluate
 from .profile import Profile, build_profile
 from .review import AdmissionRequest, build_response
@@ -70,6 +71,14 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str) 
                    audit_annotations=audit)
 
 
+def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str) -> Verdict:
+    """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
+    profile = build_profile(pod, rules)
+    mutation = mutate_pod(pod, profile, rules)
+    return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
+                   patch=tuple(mutation.patch))
+
+
 def subject_of(request: AdmissionRequest) -> str:
     meta = podview.metadata(request.object or {})
     return podview.describe(name=request.name or meta.get("name") or None,
@@ -84,8 +93,7 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     mode = resolve_mode(rules, namespace=request.namespace or str(podview.metadata(request.object).get("namespace") or ""),
                         path_mode=path_mode)
     if endpoint == MUTATE:
-        # Mutation is added by its own module (issue 3); until then /mutate admits unchanged.
-        return Verdict(allowed=True, mode=mode, profile=None)
+        return mutate_verdict(request.object, rules=rules, mode=mode)
     return judge_pod(request.object, rules=rules, mode=mode, subject=subject_of(request))
 
 

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from . import names, podview
 from .findings import Finding, deny, warn
-from .profile import Profile, cards_needed
+from .hints import Hints
+from .profile import Profile, cards_needed, model_from_pod
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
 
@@ -38,7 +39,7 @@ def _bigger_models(rules: Rules, need: Decimal) -> list[str]:
     return [m.name for m in sorted(rules.catalog.values(), key=lambda m: m.memory) if m.memory >= need]
 
 
-def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
+def _gpu_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Finding]:
     found: list[Finding] = []
     gpus = profile.gpu_text()
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
@@ -49,6 +50,13 @@ def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
         found.append(deny("gpu-model-unknown",
                           f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog; '
                           f'known models: {", ".join(rules.catalog)}'))
+    if profile.model is not None and profile.hints.gpu_model:
+        pinned, where = model_from_pod(pod, rules, Hints())
+        pinned_model = rules.find_model(pinned) if pinned else None
+        if pinned_model is not None and pinned_model is not profile.model:
+            found.append(deny("gpu-model-conflict",
+                              f'annotation {names.GPU_MODEL} says "{profile.hints.gpu_model}" but {where} pins '
+                              f'"{pinned}" ({pinned_model.name}); keep one of them'))
     if profile.memory_per_gpu is None:
         found.append(deny("gpu-memory-missing",
                           f"{gpus} does not say how much GPU memory it needs: {_memory_fix(rules)}"))
@@ -139,7 +147,7 @@ def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Fin
     """Every finding for ``pod``: deny findings first (in a stable order), then warnings."""
     found: list[Finding] = list(profile.problems)
     if profile.gpu_count:
-        found.extend(_gpu_findings(profile, rules))
+        found.extend(_gpu_findings(pod, profile, rules))
     priority = _priority_finding(pod, profile, rules)
     if priority:
         found.append(priority)

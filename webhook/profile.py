@@ -105,7 +105,7 @@ def effective_gpus(pod: Mapping[str, Any], rules: Rules, problems: list[Finding]
     return {name: count for name, count in result.items() if count > 0}
 
 
-def _model_from_pod(pod: Mapping[str, Any], rules: Rules, hints: Hints) -> tuple[str | None, str | None]:
+def model_from_pod(pod: Mapping[str, Any], rules: Rules, hints: Hints) -> tuple[str | None, str | None]:
     """(model name as written, where it was found): annotation, nodeSelector, then a required affinity term."""
     if hints.gpu_model:
         return hints.gpu_model, f"annotation {names.GPU_MODEL}"
@@ -190,7 +190,7 @@ def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
     gpus = effective_gpus(pod, rules, problems)
     classification = classify(pod, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
-    model_name, model_source = _model_from_pod(pod, rules, hints)
+    model_name, model_source = model_from_pod(pod, rules, hints)
     model = rules.find_model(model_name) if model_name else None
     mig_memory = _mig_memory(gpus, rules)
     per_gpu, total, memory_source = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)

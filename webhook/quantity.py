@@ -72,3 +72,16 @@ def format_bytes(amount: Decimal | int) -> str:
         return f"{text}Gi"
     mib = amount / _BINARY["Mi"]
     return f"{mib:.0f}Mi"
+
+
+def format_quantity(amount: Decimal | int) -> str:
+    """An exact Kubernetes quantity for a byte count: the largest binary suffix that divides it (32Gi, 1536Mi)."""
+    value = Decimal(amount)
+    if value != value.to_integral_value():
+        value = value.to_integral_value(rounding="ROUND_CEILING")
+    whole = int(value)
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if whole and whole % unit == 0:
+            return f"{whole // unit}{suffix}"
+    return str(whole)

@@ -54,6 +54,70 @@ class PriorityClassSpec:
 
 
 @dataclass(frozen=True)
+class ShmSpec:
+    per_gpu: Decimal
+    max: Decimal
+    without_memory_limit: Decimal
+
+
+@dataclass(frozen=True)
+class PodAffinitySpec:
+    topology_key: str
+    required: bool
+    weight: int
+
+
+@dataclass(frozen=True)
+class TopologySpreadSpec:
+    topology_keys: tuple[str, ...]
+    max_skew: int
+    when_unsatisfiable: str
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    scheduler_name: str
+    pod_group_annotation: str | None
+    pod_group_label: str | None
+
+
+@dataclass(frozen=True)
+class RdmaSpec:
+    resource: str
+    amount: int
+    ipc_lock: bool
+
+
+@dataclass(frozen=True)
+class ClassMutation:
+    """What /mutate adds to pods of one class; None or empty means that part is not added."""
+
+    shm: ShmSpec | None = None
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    nccl_single_node: bool = False
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    pod_affinity: PodAffinitySpec | None = None
+    topology_spread: TopologySpreadSpec | None = None
+    gang: GangSpec | None = None
+    rdma: RdmaSpec | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    active_deadline_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class MutationSettings:
+    shm_volume_name: str = "ai-admission-shm"
+    shm_in_all_containers: bool = False
+    max_shm_fraction_of_memory_limit: Decimal = Decimal("0.5")
+    gpu_tolerations: bool = True
+    model_node_selector_key: str = "gpu-type"
+    job_labels: tuple[str, ...] = ()
+    app_labels: tuple[str, ...] = ()
+    record_profile: bool = True
+
+
+@dataclass(frozen=True)
 class ClassPolicy:
     name: str
     preemptible: bool
@@ -61,6 +125,7 @@ class ClassPolicy:
     priority_class: PriorityClassSpec | None
     allowed_priority_classes: frozenset[str]
     warn_guaranteed_qos: bool
+    mutate: ClassMutation = field(default_factory=ClassMutation)
 
 
 @dataclass(frozen=True)
@@ -162,6 +227,7 @@ class Rules:
     multi_node_replica_types: frozenset[str]
     warn_missing_host_memory: bool
     warn_tensor_parallel_over_pcie: bool
+    mutation: MutationSettings = field(default_factory=MutationSettings)
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     def find_model(self, name: str) -> GpuModel | None:
@@ -248,7 +314,7 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
             message = f"{error.instance!r} is not {error.schema['description']}"
         raise _fail(source, error.absolute_path, message)
 
-    classes = {name: _compile_class(name, spec) for name, spec in document["classes"].items()}
+    classes = {name: _compile_class(name, spec, source) for name, spec in document["classes"].items()}
     if document["defaultClass"] not in classes:
         raise _fail(source, ["defaultClass"], f"{document['defaultClass']!r} is not one of {', '.join(WORKLOAD_CLASSES)}")
 
@@ -291,11 +357,62 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         multi_node_replica_types=frozenset(t.lower() for t in (document.get("multiNode") or {}).get("replicaTypes", [])),
         warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
+        mutation=_compile_mutation_settings(document.get("mutation") or {}),
         raw=document,
     )
 
 
-def _compile_class(name: str, spec: Mapping[str, Any]) -> ClassPolicy:
+def _compile_mutation_settings(spec: Mapping[str, Any]) -> MutationSettings:
+    defaults = MutationSettings()
+    return MutationSettings(
+        shm_volume_name=spec.get("shmVolumeName", defaults.shm_volume_name),
+        shm_in_all_containers=bool(spec.get("shmInAllContainers", defaults.shm_in_all_containers)),
+        max_shm_fraction_of_memory_limit=Decimal(str(spec.get("maxShmFractionOfMemoryLimit",
+                                                              defaults.max_shm_fraction_of_memory_limit))),
+        gpu_tolerations=bool(spec.get("gpuTolerations", defaults.gpu_tolerations)),
+        model_node_selector_key=spec.get("modelNodeSelectorKey", defaults.model_node_selector_key),
+        job_labels=tuple(spec.get("jobLabels", ())),
+        app_labels=tuple(spec.get("appLabels", ())),
+        record_profile=bool(spec.get("recordProfile", defaults.record_profile)),
+    )
+
+
+def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: str) -> ClassMutation:
+    def quantity(key: str, value: Any) -> Decimal:
+        try:
+            return parse_quantity(value)
+        except QuantityError as exc:  # the schema's pattern admits only quantities; kept for a clear message
+            raise _fail(source, [*where, "shm", key], str(exc)) from exc
+
+    shm = spec.get("shm")
+    affinity = spec.get("podAffinity")
+    spread = spec.get("topologySpread")
+    gang = spec.get("gang")
+    rdma = spec.get("rdma")
+    nccl = spec.get("nccl") or {}
+    return ClassMutation(
+        shm=ShmSpec(per_gpu=quantity("perGpu", shm["perGpu"]), max=quantity("max", shm["max"]),
+                    without_memory_limit=quantity("withoutMemoryLimit", shm["withoutMemoryLimit"])) if shm else None,
+        nccl_env=tuple((k, str(v)) for k, v in (nccl.get("env") or {}).items()),
+        nccl_single_node=bool(nccl.get("singleNode", False)),
+        tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
+        pod_affinity=PodAffinitySpec(topology_key=affinity["topologyKey"], required=affinity.get("mode") == "required",
+                                     weight=int(affinity.get("weight", 100))) if affinity else None,
+        topology_spread=TopologySpreadSpec(topology_keys=tuple(spread["topologyKeys"]),
+                                           max_skew=int(spread.get("maxSkew", 1)),
+                                           when_unsatisfiable=spread.get("whenUnsatisfiable", "ScheduleAnyway"))
+        if spread else None,
+        gang=GangSpec(scheduler_name=gang["schedulerName"], pod_group_annotation=gang.get("podGroupAnnotation"),
+                      pod_group_label=gang.get("podGroupLabel")) if gang else None,
+        rdma=RdmaSpec(resource=rdma["resource"], amount=int(rdma.get("amount", 1)),
+                      ipc_lock=bool(rdma.get("ipcLock", True))) if rdma else None,
+        labels=dict(spec.get("labels") or {}),
+        annotations=dict(spec.get("annotations") or {}),
+        active_deadline_seconds=spec.get("activeDeadlineSeconds"),
+    )
+
+
+def _compile_class(name: str, spec: Mapping[str, Any], source: str) -> ClassPolicy:
     pc = spec.get("priorityClass")
     priority = None
     if pc:
@@ -308,7 +425,8 @@ def _compile_class(name: str, spec: Mapping[str, Any]) -> ClassPolicy:
     return ClassPolicy(name=name, preemptible=bool(spec["preemptible"]),
                        memory_factor=Decimal(str(spec["memoryFactor"])), priority_class=priority,
                        allowed_priority_classes=frozenset(allowed),
-                       warn_guaranteed_qos=bool(spec.get("warnGuaranteedQoS", False)))
+                       warn_guaranteed_qos=bool(spec.get("warnGuaranteedQoS", False)),
+                       mutate=_compile_class_mutation(spec.get("mutate") or {}, ["classes", name, "mutate"], source))
 
 
 def _regex(value: str | None) -> re.Pattern[str] | None:

@@ -1,0 +1,339 @@
+"""Mutation: turn a classified pod into what its class needs, never overwriting what the user set.
+
+Each step edits a deep copy of the pod in place and is idempotent on its own output (it checks before it adds),
+so mutating an already-mutated pod changes nothing and ``reinvocationPolicy: IfNeeded`` is safe. The patch is
+the diff of the original against the copy (`jsonpatch.make_patch`), which creates missing parents, escapes
+``/`` and ``~`` in keys, and leaves every field it does not know untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Mapping
+
+import jsonpatch
+
+from . import names, podview
+from .hints import Hints
+from .profile import Profile, model_from_pod
+from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
+from .rules import ClassMutation, ClassPolicy, MutationSettings, Rules
+
+SHM_PATH = "/dev/shm"
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    pod: dict[str, Any]
+    patch: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Context:
+    """What every step reads; ``pod`` is the copy being edited."""
+
+    pod: dict[str, Any]
+    profile: Profile
+    rules: Rules
+    policy: ClassPolicy
+    warnings: list[str]
+
+    @property
+    def plan(self) -> ClassMutation:
+        return self.policy.mutate
+
+    @property
+    def settings(self) -> MutationSettings:
+        return self.rules.mutation
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return _child_dict(self.pod, "spec")
+
+    @property
+    def multi_node_training(self) -> bool:
+        return self.profile.workload == "training" and self.profile.multi_node
+
+    def gpu_containers(self) -> list[dict[str, Any]]:
+        """Init (and sidecar) and app containers that request an accelerator, as objects of the copy."""
+        result = []
+        for container in podview.all_containers(self.pod):
+            requests, limits = podview.resources(container)
+            if any(isinstance(k, str) and self.rules.is_accelerator(k) for k in {*requests, *limits}):
+                result.append(container)
+        return result
+
+    def job_label(self) -> tuple[str, str] | None:
+        labels = podview.labels(self.pod)
+        return next(((k, labels[k]) for k in self.settings.job_labels if labels.get(k)), None)
+
+
+def _child_dict(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """``parent[key]`` as a dict, created when missing or null."""
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = parent[key] = {}
+    return value
+
+
+def _child_list(parent: dict[str, Any], key: str) -> list[Any]:
+    value = parent.get(key)
+    if not isinstance(value, list):
+        value = parent[key] = []
+    return value
+
+
+def _pod_memory_limit(pod: Mapping[str, Any]) -> Decimal | None:
+    """The pod's memory limit (pod-level resources, else the sum over app and sidecar containers), or None."""
+    pod_level = podview.as_dict(podview.as_dict(podview.spec(pod).get("resources")).get("limits"))
+    try:
+        if "memory" in pod_level:
+            return parse_quantity(pod_level["memory"])
+        running = [*podview.containers(pod), *(c for c in podview.init_containers(pod) if podview.is_sidecar(c))]
+        total = Decimal(0)
+        for container in running:
+            _, limits = podview.resources(container)
+            if "memory" not in limits:
+                return None
+            total += parse_quantity(limits["memory"])
+        return total
+    except QuantityError:
+        return None
+
+
+def add_shm(ctx: _Context) -> None:
+    """A memory-backed emptyDir at /dev/shm: DataLoader workers and NCCL need more than the runtime's 64 MB."""
+    shm = ctx.plan.shm
+    if shm is None:
+        return
+    name = ctx.settings.shm_volume_name
+    volumes = podview.as_list(ctx.spec.get("volumes"))
+    taken = next((v for v in volumes if isinstance(v, dict) and v.get("name") == name), None)
+    if taken is not None:
+        if podview.as_dict(taken.get("emptyDir")).get("medium") != "Memory":
+            ctx.warnings.append(f'volume "{name}" already exists and is not ai-admission\'s; /dev/shm was not added')
+        return
+    targets = ctx.gpu_containers()
+    if ctx.settings.shm_in_all_containers:
+        targets += [c for c in podview.containers(ctx.pod) if c not in targets]
+    targets = [c for c in targets if not any(
+        isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM_PATH
+        for m in podview.as_list(c.get("volumeMounts")))]
+    if not targets:
+        return
+    size = min(shm.per_gpu * max(ctx.profile.gpu_count, 1), shm.max)
+    limit = _pod_memory_limit(ctx.pod)
+    if limit is None:
+        size = shm.without_memory_limit
+        ctx.warnings.append(f"pod has no memory limit; /dev/shm got the class default {format_bytes(size)} "
+                            f"(memory-backed, it counts against the pod's memory)")
+    else:
+        size = min(size, limit * ctx.settings.max_shm_fraction_of_memory_limit)
+    size = Decimal(int(size) // (2**20) * 2**20) if size >= 2**20 else Decimal(int(size))
+    _child_list(ctx.spec, "volumes").append(
+        {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": format_quantity(size)}})
+    for container in targets:
+        _child_list(container, "volumeMounts").append({"name": name, "mountPath": SHM_PATH})
+
+
+def add_nccl_env(ctx: _Context) -> None:
+    """NCCL over InfiniBand for the GPU containers of multi-node jobs; a variable the user set is never replaced."""
+    if not ctx.plan.nccl_env or not (ctx.multi_node_training or ctx.plan.nccl_single_node):
+        return
+    for container in ctx.gpu_containers():
+        if podview.as_list(container.get("envFrom")):
+            ctx.warnings.append(f'container "{container.get("name", "?")}" uses envFrom, which an added env would '
+                                f"override; NCCL defaults were not added to it")
+            continue
+        present = set(podview.container_env(container))
+        env = _child_list(container, "env")
+        for name, value in ctx.plan.nccl_env:
+            if name not in present:
+                env.append({"name": name, "value": value})
+
+
+def set_priority(ctx: _Context) -> None:
+    """The class's PriorityClass when the pod names none.
+
+    The Priority admission plugin has already resolved ``spec.priority`` (and ``preemptionPolicy``) from the old
+    class; it runs again after webhooks and rejects a pod whose integer priority disagrees with the new class, so
+    both fields are removed in the same patch.
+    """
+    priority = ctx.policy.priority_class
+    if priority is None or ctx.spec.get("priorityClassName"):
+        return
+    ctx.spec["priorityClassName"] = priority.name
+    ctx.spec.pop("priority", None)
+    ctx.spec.pop("preemptionPolicy", None)
+
+
+def _covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether toleration ``existing`` already tolerates every taint ``wanted`` does."""
+    effect = existing.get("effect") or ""
+    if effect and effect != (wanted.get("effect") or ""):
+        return False
+    if (existing.get("operator") or "Equal") == "Exists":
+        return not existing.get("key") or existing.get("key") == wanted.get("key")
+    return (existing.get("key") == wanted.get("key") and (existing.get("value") or "") == (wanted.get("value") or "")
+            and (wanted.get("operator") or "Equal") == "Equal")
+
+
+def add_tolerations(ctx: _Context) -> None:
+    """Accelerator tolerations (as the ExtendedResourceToleration plugin adds) and the class's pool taints."""
+    wanted: list[Mapping[str, Any]] = []
+    if ctx.settings.gpu_tolerations:
+        wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted(ctx.profile.gpus)]
+    wanted += ctx.plan.tolerations
+    if not wanted:
+        return
+    present = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
+    missing = [dict(t) for t in wanted if not any(_covers(e, t) for e in present)]
+    if missing:
+        _child_list(ctx.spec, "tolerations").extend(missing)
+
+
+def pin_model(ctx: _Context) -> None:
+    """A model named only by annotation gets the nodeSelector that makes the scheduler honour it."""
+    model = ctx.profile.model
+    if model is None or ctx.profile.is_mig:
+        return
+    if model_from_pod(ctx.pod, ctx.rules, Hints())[0] is not None:
+        return  # a nodeSelector or required affinity already pins a model; never override it
+    key = ctx.settings.model_node_selector_key
+    selector = _child_dict(ctx.spec, "nodeSelector")
+    selector.setdefault(key, model.label_value(key))
+
+
+def add_topology(ctx: _Context) -> None:
+    """Pack a multi-node job under one switch; spread inference replicas over nodes and zones."""
+    affinity_plan = ctx.plan.pod_affinity
+    if affinity_plan is not None and ctx.multi_node_training:
+        job = ctx.job_label()
+        if job is not None:
+            term = {"labelSelector": {"matchLabels": {job[0]: job[1]}}, "topologyKey": affinity_plan.topology_key}
+            pod_affinity = _child_dict(_child_dict(ctx.spec, "affinity"), "podAffinity")
+            if affinity_plan.required:
+                terms = _child_list(pod_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+                if term not in terms:
+                    terms.append(term)
+            else:
+                preferred = _child_list(pod_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
+                if not any(isinstance(p, dict) and p.get("podAffinityTerm") == term for p in preferred):
+                    preferred.append({"weight": affinity_plan.weight, "podAffinityTerm": term})
+    spread = ctx.plan.topology_spread
+    if spread is not None:
+        labels = podview.labels(ctx.pod)
+        key = next((k for k in ctx.settings.app_labels if labels.get(k)), None)
+        if key is None:
+            return
+        present = {c.get("topologyKey") for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
+                   if isinstance(c, dict)}
+        for topology_key in spread.topology_keys:
+            if topology_key in present:
+                continue
+            _child_list(ctx.spec, "topologySpreadConstraints").append({
+                "maxSkew": spread.max_skew, "topologyKey": topology_key,
+                "whenUnsatisfiable": spread.when_unsatisfiable,
+                "labelSelector": {"matchLabels": {key: labels[key]}},
+            })
+
+
+def add_gang(ctx: _Context) -> None:
+    """Gang-scheduler hints for multi-node training: the scheduler and the pod group (named after the job).
+
+    ``default-scheduler`` counts as unset: the API server fills it in before admission.
+    """
+    gang = ctx.plan.gang
+    if gang is None or not ctx.multi_node_training:
+        return
+    job = ctx.job_label()
+    if job is None:
+        ctx.warnings.append("multi-node training pod carries no job-name label; no pod group was set")
+        return
+    if ctx.spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
+        ctx.spec["schedulerName"] = gang.scheduler_name
+    metadata = _child_dict(ctx.pod, "metadata")
+    if gang.pod_group_annotation:
+        _child_dict(metadata, "annotations").setdefault(gang.pod_group_annotation, job[1])
+    if gang.pod_group_label:
+        _child_dict(metadata, "labels").setdefault(gang.pod_group_label, job[1])
+
+
+def add_rdma(ctx: _Context) -> None:
+    """The RDMA device and IPC_LOCK (NCCL pins memory for InfiniBand) on multi-node training GPU containers."""
+    rdma = ctx.plan.rdma
+    if rdma is None or not ctx.multi_node_training:
+        return
+    for container in ctx.gpu_containers():
+        requests, limits = podview.resources(container)
+        if rdma.resource not in requests and rdma.resource not in limits:
+            resources = _child_dict(container, "resources")
+            _child_dict(resources, "limits")[rdma.resource] = str(rdma.amount)
+            _child_dict(resources, "requests")[rdma.resource] = str(rdma.amount)
+        if rdma.ipc_lock:
+            capabilities = _child_dict(_child_dict(container, "securityContext"), "capabilities")
+            added = _child_list(capabilities, "add")
+            if "IPC_LOCK" not in added:
+                added.append("IPC_LOCK")
+
+
+def add_metadata(ctx: _Context) -> None:
+    """Per-class labels and annotations (a Kueue queue, say); a value the user set stays."""
+    metadata = _child_dict(ctx.pod, "metadata")
+    for key, source in (("labels", ctx.plan.labels), ("annotations", ctx.plan.annotations)):
+        if source:
+            target = _child_dict(metadata, key)
+            for name, value in source.items():
+                target.setdefault(name, value)
+
+
+def add_deadline(ctx: _Context) -> None:
+    """A bound on run time for pods of classes that set one (hpo trials), when the pod has none."""
+    if ctx.plan.active_deadline_seconds is not None and ctx.spec.get("activeDeadlineSeconds") is None:
+        ctx.spec["activeDeadlineSeconds"] = ctx.plan.active_deadline_seconds
+
+
+def profile_summary(profile: Profile) -> dict[str, Any]:
+    """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision."""
+    per_gpu = profile.memory_per_gpu
+    return {
+        "class": profile.workload,
+        "reason": profile.classification.reason,
+        "gpus": dict(sorted(profile.gpus.items())),
+        "model": profile.model.name if profile.model else profile.model_name,
+        "gpuMemoryPerGpu": format_quantity(per_gpu) if per_gpu is not None else None,
+        "preemptible": profile.preemptible,
+        "multiNode": profile.multi_node,
+    }
+
+
+def record_profile(ctx: _Context) -> None:
+    if not ctx.settings.record_profile:
+        return
+    metadata = _child_dict(ctx.pod, "metadata")
+    _child_dict(metadata, "labels").setdefault(names.WORKLOAD_TYPE, ctx.profile.workload)
+    summary = json.dumps(profile_summary(ctx.profile), separators=(",", ":"), sort_keys=True)
+    _child_dict(metadata, "annotations")[names.PROFILE] = summary
+
+
+STEPS: tuple[Callable[[_Context], None], ...] = (
+    add_shm, add_nccl_env, set_priority, add_tolerations, pin_model, add_topology, add_gang, add_rdma,
+    add_metadata, add_deadline, record_profile,
+)
+
+
+def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> Mutation:
+    """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user."""
+    policy = rules.classes.get(profile.workload)
+    if policy is None:  # class "none": not ai-admission's business
+        return Mutation(pod=dict(pod), patch=[])
+    ctx = _Context(pod=copy.deepcopy(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[])
+    for step in STEPS:
+        step(ctx)
+    patch = jsonpatch.make_patch(dict(pod), ctx.pod).patch
+    return Mutation(pod=ctx.pod, patch=patch, warnings=ctx.warnings)
