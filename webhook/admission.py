@@ -16,6 +16,7 @@ from .policy import evaluate
 from .profile import Profile, build_profile
 from .review import AdmissionRequest, build_response
 from .rules import MODES, Rules
+from .templates import templates_of
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -51,23 +52,82 @@ def _header(subject: str, profile: Profile) -> str:
     return f"{subject} ({c.workload}: {c.reason}) was denied by ai-admission:"
 
 
+def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, ...], denial: str | None,
+                warnings: list[str]) -> Verdict:
+    """Turn findings into a verdict: in deny mode a denial rejects; warn and audit always admit."""
+    denials = [f for f in findings if f.severity == "deny"]
+    if not denials or denial is None:
+        return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings))
+    if mode == "deny":
+        return Verdict(allowed=False, mode=mode, profile=profile, findings=findings, message=denial,
+                       warnings=tuple(warnings))
+    if mode == "warn":
+        would = [f"ai-admission (warn mode) would deny: {f.message}" for f in denials]
+        return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(would + warnings))
+    audit = {"violations": ",".join(f.code for f in denials), "violation-messages": denial}
+    return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings),
+                   audit_annotations=audit)
+
+
 def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str) -> Verdict:
     """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit)."""
     profile = build_profile(pod, rules)
     findings = tuple(evaluate(pod, profile, rules))
     denials = [f for f in findings if f.severity == "deny"]
-    warnings = [f.message for f in findings if f.severity == "warn"]
-    if not denials:
-        return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings))
-    text = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)])
-    if mode == "deny":
-        return Verdict(allowed=False, mode=mode, profile=profile, findings=findings, message=text,
-                       warnings=tuple(warnings))
-    if mode == "warn":
-        would = [f"ai-admission (warn mode) would deny: {f.message}" for f in denials]
-        return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(would + warnings))
-    audit = {"violations": ",".join(f.code for f in denials), "violation-messages": text}
-    return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings),
+    denial = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)]) if denials else None
+    return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
+                       warnings=[f.message for f in findings if f.severity == "warn"])
+
+
+@dataclass(frozen=True)
+class TemplateVerdict:
+    path: str
+    pod: dict[str, Any]
+    verdict: Verdict
+
+
+def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "") -> str:
+    meta = podview.metadata(obj)
+    name = meta.get("name") or (f"{meta.get('generateName')}*" if meta.get("generateName") else "")
+    namespace = namespace or str(meta.get("namespace") or "")
+    return f'{kind} "{namespace}/{name}"' if namespace else f'{kind} "{name}"'
+
+
+def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
+                 kind: str | None = None, namespace: str = "", old: Mapping[str, Any] | None = None,
+                 ) -> tuple[Verdict, list[TemplateVerdict]] | None:
+    """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates known).
+
+    On UPDATE (``old`` given) only templates that changed are judged, so scaling a legacy Deployment that
+    predates the policy is not blocked.
+    """
+    found = templates_of(obj, group=group, kind=kind)
+    if found is None:
+        return None
+    kind = kind or str(obj.get("kind", ""))
+    previous = {t.path: t.template for t in templates_of(old, group=group, kind=kind) or []} if old else {}
+    subject = object_subject(obj, kind=kind, namespace=namespace)
+    results = []
+    for template in found:
+        if old is not None and previous.get(template.path) == template.template:
+            continue
+        pod = template.pod
+        if namespace and "namespace" not in pod["metadata"]:
+            pod["metadata"]["namespace"] = namespace
+        verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}")
+        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict))
+    return _compose(mode, results), results
+
+
+def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
+    """One verdict for an object from its templates' verdicts (each already in ``mode``)."""
+    messages = [r.verdict.message for r in results if r.verdict.message]
+    audits = [r.verdict.audit_annotations for r in results if r.verdict.audit_annotations]
+    audit = {key: ("," if key == "violations" else "\n").join(a[key] for a in audits) for key in audits[0]} if audits else {}
+    return Verdict(allowed=all(r.verdict.allowed for r in results), mode=mode, profile=None,
+                   findings=tuple(f for r in results for f in r.verdict.findings),
+                   message="\n".join(messages) if messages else None,
+                   warnings=tuple(f"{r.path}: {w}" for r in results for w in r.verdict.warnings),
                    audit_annotations=audit)
 
 
@@ -87,14 +147,24 @@ def subject_of(request: AdmissionRequest) -> str:
 
 
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None) -> Verdict | None:
-    """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged)."""
-    if not request.is_pod_create or request.object is None:
+    """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
+
+    Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
+    and UPDATE. Subresources (status, scale, ephemeralcontainers, binding, ...) are never judged.
+    """
+    if request.object is None or request.sub_resource:
         return None
-    mode = resolve_mode(rules, namespace=request.namespace or str(podview.metadata(request.object).get("namespace") or ""),
-                        path_mode=path_mode)
-    if endpoint == MUTATE:
-        return mutate_verdict(request.object, rules=rules, mode=mode)
-    return judge_pod(request.object, rules=rules, mode=mode, subject=subject_of(request))
+    namespace = request.namespace or str(podview.metadata(request.object).get("namespace") or "")
+    mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+    if request.is_pod_create:
+        if endpoint == MUTATE:
+            return mutate_verdict(request.object, rules=rules, mode=mode)
+        return judge_pod(request.object, rules=rules, mode=mode, subject=subject_of(request))
+    if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE") or request.resource == "pods":
+        return None
+    judged = judge_object(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
+                          namespace=namespace, old=request.old_object if request.operation == "UPDATE" else None)
+    return judged[0] if judged else None
 
 
 def respond(request: AdmissionRequest, verdict: Verdict | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``certs dev`` (development certificates)."""
+"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``certs``."""
 
 from __future__ import annotations
 
@@ -46,6 +46,24 @@ def _certs_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from .check import InputError, check, read_documents, render_json, render_text, render_yaml
+
+    try:
+        rules = load_rules(args.rules) if args.rules else load_rules()
+    except RulesError as exc:
+        print(f"ai-admission check: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
+    except InputError as exc:
+        print(f"ai-admission check: {exc}", file=sys.stderr)
+        return 2
+    render = {"text": render_text, "json": render_json, "yaml": render_yaml}[args.output]
+    sys.stdout.write(render(report))
+    return 1 if report.denied else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ai-admission", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -56,6 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--dev-certs", action="store_true",
                        help="make development certificates in $AI_ADMISSION_TLS_DIR when missing")
     serve.set_defaults(func=_serve)
+
+    checker = commands.add_parser(
+        "check", help="judge Pods and pod templates offline, exactly as the webhook would",
+        description="Exit 0 when everything is allowed, 1 when anything is denied, 2 on bad input.")
+    checker.add_argument("-f", "--filename", action="append", required=True,
+                         help="file, directory or - for standard input (repeatable)")
+    checker.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml)")
+    checker.add_argument("-n", "--namespace", help="namespace for objects that name none (default: default)")
+    checker.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                         help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
+    checker.set_defaults(func=_check)
 
     certs = commands.add_parser("certs", help="certificate tooling")
     certs_commands = certs.add_subparsers(dest="certs_command", required=True)
@@ -69,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
+
+
+def kubectl_plugin() -> int:
+    """``kubectl ai-admission ...``: kubectl runs the executable ``kubectl-ai_admission`` found on PATH."""
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

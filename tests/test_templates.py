@@ -1,0 +1,174 @@
+"""Controller and CRD templates: the webhook and `ai-admission check` give identical verdicts on real manifests."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, Server
+from tests.reviews import admission_review, assert_valid_pod
+
+MANIFESTS = ROOT / "tests" / "manifests"
+CLI = str(Path(sys.executable).with_name("ai-admission"))
+PLURALS = {"Deployment": "deployments", "CronJob": "cronjobs", "Job": "jobs", "PyTorchJob": "pytorchjobs",
+           "JobSet": "jobsets", "InferenceService": "inferenceservices", "RayJob": "rayjobs", "Pod": "pods",
+           "Service": "services"}
+
+# file -> {(kind, name): (allowed, deny reason codes over all its templates)}
+EXPECTED: dict[str, dict[tuple[str, str], tuple[bool, list[str]]]] = {
+    "vllm-deployment.yaml": {("Deployment", "vllm-llama-70b"): (True, [])},
+    "pytorchjob.yaml": {("PyTorchJob", "llama-pretrain"): (False, ["gpu-model-missing", "gpu-memory-missing"])},
+    "jobset.yaml": {("JobSet", "gpt-neox"): (True, [])},
+    "cronjob.yaml": {("CronJob", "nightly-embeddings"): (False, ["gpu-model-missing", "gpu-memory-missing"])},
+    "inferenceservice.yaml": {("InferenceService", "llama3-8b"): (True, [])},
+    "rayjob.yaml": {("RayJob", "tune-search"): (True, [])},
+    "mixed.yaml": {("Deployment", "web"): (True, []), ("Pod", "debug-gpu"): (False, ["gpu-model-missing", "gpu-memory-missing"]),
+                   ("Job", "tf-dist"): (True, [])},
+}
+
+
+def objects(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def review_for(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return admission_review(obj, group=group, version=version, kind=obj["kind"], resource=PLURALS[obj["kind"]],
+                            namespace=obj["metadata"].get("namespace", "default"), **kwargs)
+
+
+def run_check(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, "check", *args], cwd=ROOT, capture_output=True, text=True, input=stdin, timeout=60)
+
+
+@pytest.mark.parametrize("filename", sorted(EXPECTED))
+def test_webhook_and_cli_agree(server: Server, filename: str) -> None:
+    path = MANIFESTS / filename
+    done = run_check("-f", str(path), "-o", "json")
+    cli = json.loads(done.stdout)
+    expected = EXPECTED[filename]
+    any_denied = any(not allowed for allowed, _ in expected.values())
+    assert done.returncode == (1 if any_denied else 0), done.stderr
+    for obj in objects(path):
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key not in expected:
+            assert obj["kind"] == "Service"
+            assert {"kind": "Service", "name": "web"}.items() <= cli["skipped"][0].items()
+            continue
+        allowed, codes = expected[key]
+        webhook = server.review("/validate", review_for(obj))
+        audit = server.review("/validate/audit", review_for(obj))
+        webhook_codes = [c for c in audit.get("auditAnnotations", {}).get("violations", "").split(",") if c]
+        rows = [r for r in cli["results"] if (r["kind"], r["name"]) == key]
+        assert rows, key
+        cli_codes = [code for r in rows for code in r["denials"]]
+        assert webhook["allowed"] is allowed is all(r["allowed"] for r in rows)
+        assert webhook_codes == cli_codes == codes
+        if not allowed:
+            assert webhook["status"]["message"] == "\n".join(r["message"] for r in rows if r["message"])
+
+
+def test_message_names_object_template_and_fix(server: Server) -> None:
+    (job,) = objects(MANIFESTS / "pytorchjob.yaml")
+    message = server.review("/validate", review_for(job))["status"]["message"]
+    assert 'PyTorchJob "ml-team/llama-pretrain" spec.pytorchReplicaSpecs.Worker.template (training:' in message
+    assert 'PyTorchJob "ml-team/llama-pretrain" spec.pytorchReplicaSpecs.Master.template (training:' in message
+    assert '"ai-admission.io/gpu-memory: 40Gi"' in message
+    assert 'nodeSelector "gpu-type: a100-80g"' in message
+
+
+def test_templates_are_classified_like_their_pods() -> None:
+    done = run_check("-f", str(MANIFESTS), "-o", "json")
+    classes = {(r["kind"], r["name"], r["template"]): r["class"] for r in json.loads(done.stdout)["results"]}
+    assert classes[("Deployment", "vllm-llama-70b", "spec.template")] == "inference"
+    assert classes[("PyTorchJob", "llama-pretrain", "spec.pytorchReplicaSpecs.Worker.template")] == "training"
+    assert classes[("JobSet", "gpt-neox", "spec.replicatedJobs[0].template.spec.template")] == "training"
+    assert classes[("CronJob", "nightly-embeddings", "spec.jobTemplate.spec.template")] == "batch"
+    assert classes[("InferenceService", "llama3-8b", "spec.predictor.model")] == "inference"
+    assert classes[("RayJob", "tune-search", "spec.rayClusterSpec.workerGroupSpecs[0].template")] == "hpo"
+    assert classes[("Job", "tf-dist", "spec.tasks[1].template")] == "training"  # Volcano tensorflow plugin
+    assert classes[("Deployment", "web", "spec.template")] == "none"
+
+
+def test_update_judges_only_changed_templates(server: Server) -> None:
+    (cron,) = objects(MANIFESTS / "cronjob.yaml")
+    rescheduled = copy.deepcopy(cron)
+    rescheduled["spec"]["schedule"] = "0 3 * * *"
+    update = server.review("/validate", review_for(rescheduled, operation="UPDATE", old=cron))
+    assert update["allowed"] is True
+    changed = copy.deepcopy(cron)
+    changed["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"] = "embed:1.9"
+    update = server.review("/validate", review_for(changed, operation="UPDATE", old=cron))
+    assert update["allowed"] is False
+
+
+def test_scale_and_status_subresources_are_not_judged(server: Server) -> None:
+    (cron,) = objects(MANIFESTS / "cronjob.yaml")
+    response = server.review("/validate", review_for(cron, operation="UPDATE", old=cron, sub_resource="status"))
+    assert response == {"uid": response["uid"], "allowed": True}
+
+
+def test_templates_are_not_mutated(server: Server) -> None:
+    (deployment,) = objects(MANIFESTS / "vllm-deployment.yaml")
+    response = server.review("/mutate", review_for(deployment))
+    assert response["allowed"] is True and "patch" not in response
+
+
+def test_yaml_output_is_the_mutated_pods() -> None:
+    done = run_check("-f", str(MANIFESTS / "jobset.yaml"), "-o", "yaml")
+    assert done.returncode == 0, done.stderr
+    (pod,) = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert_valid_pod(pod)
+    assert pod["kind"] == "Pod" and pod["metadata"]["generateName"] == "gpt-neox-"
+    assert {"name": "ai-admission-shm", "mountPath": "/dev/shm"} in pod["spec"]["containers"][0]["volumeMounts"]
+    assert pod["spec"]["priorityClassName"] == "ai-training"
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NCCL_SOCKET_IFNAME"] == "ib0"  # WORLD_SIZE 8: multi-node
+
+
+def test_text_output_and_stdin_and_lists() -> None:
+    (pod,) = [d for d in objects(MANIFESTS / "mixed.yaml") if d["kind"] == "Pod"]
+    listing = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [pod]})
+    done = run_check("-f", "-", stdin=listing)
+    assert done.returncode == 1
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("DENY  Pod ml-team/debug-gpu  class=batch  reasons=gpu-model-missing,gpu-memory-missing")
+    assert done.stdout.rstrip().endswith("1 checked: 0 allowed, 0 allowed with warnings, 1 denied")
+
+
+@pytest.mark.parametrize("content, rules, fragment", [
+    (None, None, "bad.yaml: no such file or directory"),
+    ("kind: [\n", None, "bad.yaml: invalid YAML at line 2"),
+    ("apiVersion: v1\nkind: Pod\n---\n- 1\n- 2\n", None, "bad.yaml (document 2): expected a Kubernetes object, got list"),
+    ("metadata: {name: x}\n", None, "bad.yaml (document 1): not a Kubernetes object"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n", "nope.yaml",
+     "nope.yaml: cannot read"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, content: str | None, rules: str | None,
+                                         fragment: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    if content is not None:
+        bad.write_text(content)
+    done = run_check("-f", str(bad), *(["--rules", rules] if rules else []))
+    assert done.returncode == 2
+    assert fragment in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stdout == ""
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_plugin() -> None:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["kubectl", "ai-admission", "check", "-f", str(MANIFESTS / "cronjob.yaml")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("DENY  CronJob data/nightly-embeddings spec.jobTemplate.spec.template")

@@ -1,0 +1,182 @@
+"""``ai-admission check``: the webhook's verdicts offline, for CI, with no cluster and no server.
+
+Reads YAML or JSON (multi-document files, ``kind: List``, directories, standard input) and sends every Pod and
+every pod template through the same functions the webhook calls (`judge_pod`, `judge_object`, `mutate_pod`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, TextIO
+
+import yaml
+
+from . import podview
+from .admission import Verdict, judge_object, judge_pod, object_subject, resolve_mode
+from .mutate import mutate_pod
+from .profile import build_profile
+from .rules import Rules
+
+SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class InputError(Exception):
+    """Unreadable or invalid input; the message names the file and document."""
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str
+    index: int
+    obj: dict[str, Any]
+
+    @property
+    def where(self) -> str:
+        return f"{self.source} (document {self.index + 1})"
+
+
+@dataclass
+class Result:
+    """One judged Pod or template."""
+
+    document: Document
+    kind: str
+    name: str
+    namespace: str
+    path: str | None
+    verdict: Verdict
+    mutated: dict[str, Any] | None = None
+    workload: str = "none"
+
+    @property
+    def status(self) -> str:
+        if not self.verdict.allowed:
+            return "DENY"
+        return "WARN" if self.verdict.warnings else "ALLOW"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.document.source, "document": self.document.index + 1, "kind": self.kind,
+                "namespace": self.namespace, "name": self.name, "template": self.path, "verdict": self.status,
+                "class": self.workload, "allowed": self.verdict.allowed, "mode": self.verdict.mode,
+                "reasons": self.verdict.reason_codes,
+                "denials": [f.code for f in self.verdict.findings if f.severity == "deny"],
+                "message": self.verdict.message,
+                "warnings": list(self.verdict.warnings)}
+
+
+@dataclass
+class Report:
+    results: list[Result] = field(default_factory=list)
+    skipped: list[Document] = field(default_factory=list)
+
+    @property
+    def denied(self) -> bool:
+        return any(not r.verdict.allowed for r in self.results)
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    return [path]
+
+
+def read_documents(sources: Iterable[str], stdin: TextIO | None = None) -> Iterator[Document]:
+    """Every object in the given files, directories or ``-``; ``kind: List`` is expanded."""
+    for source in sources:
+        if source == "-":
+            texts = [("<stdin>", (stdin or sys.stdin).read())]
+        else:
+            path = Path(source)
+            if not path.exists():
+                raise InputError(f"{source}: no such file or directory")
+            try:
+                texts = [(str(p), p.read_text(encoding="utf-8")) for p in _files(path)]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InputError(f"{source}: cannot read: {exc}") from exc
+        for name, text in texts:
+            try:
+                loaded = list(yaml.safe_load_all(text))
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f"line {mark.line + 1}" if mark else "?"
+                problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+                raise InputError(f"{name}: invalid YAML at {where}: {problem}") from exc
+            for index, obj in enumerate(loaded):
+                if obj is None:
+                    continue
+                if not isinstance(obj, dict):
+                    raise InputError(f"{name} (document {index + 1}): expected a Kubernetes object, got "
+                                     f"{type(obj).__name__}")
+                if obj.get("kind") == "List" or str(obj.get("kind", "")).endswith("List") and "items" in obj:
+                    for item in podview.as_list(obj.get("items")):
+                        if isinstance(item, dict):
+                            yield Document(name, index, item)
+                    continue
+                if "kind" not in obj or "apiVersion" not in obj:
+                    raise InputError(f"{name} (document {index + 1}): not a Kubernetes object (no kind/apiVersion)")
+                yield Document(name, index, obj)
+
+
+def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None) -> Report:
+    """Judge every document exactly as the webhook would (the mode in force for its namespace applies)."""
+    report = Report()
+    for document in documents:
+        obj = document.obj
+        meta = podview.metadata(obj)
+        ns = str(meta.get("namespace") or namespace or "default")
+        mode = resolve_mode(rules, namespace=ns, path_mode=None)
+        kind = str(obj.get("kind"))
+        name = str(meta.get("name") or meta.get("generateName") or "")
+        if kind == "Pod" and str(obj.get("apiVersion")) == "v1":
+            verdict = judge_pod(obj, rules=rules, mode=mode, subject=object_subject(obj, kind="pod", namespace=ns))
+            profile = verdict.profile
+            mutated = mutate_pod(obj, profile, rules).pod if profile else None
+            report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
+                                         profile.workload if profile else "none"))
+            continue
+        judged = judge_object(obj, rules=rules, mode=mode, namespace=ns)
+        if judged is None:
+            report.skipped.append(document)
+            continue
+        for template in judged[1]:
+            profile = template.verdict.profile or build_profile(template.pod, rules)
+            mutated = mutate_pod(template.pod, profile, rules).pod
+            report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
+                                         profile.workload))
+    return report
+
+
+def render_text(report: Report) -> str:
+    lines = []
+    for r in report.results:
+        target = f"{r.kind} {r.namespace}/{r.name}" + (f" {r.path}" if r.path else "")
+        reasons = ",".join(r.verdict.reason_codes) or "-"
+        lines.append(f"{r.status:<5} {target}  class={r.workload}  reasons={reasons}")
+        if r.verdict.message:
+            lines.extend(f"      {line}" for line in r.verdict.message.splitlines()[1:])
+        lines.extend(f"      warning: {w}" for w in r.verdict.warnings)
+    counts = {s: sum(1 for r in report.results if r.status == s) for s in ("ALLOW", "WARN", "DENY")}
+    summary = (f"{len(report.results)} checked: {counts['ALLOW']} allowed, {counts['WARN']} allowed with warnings, "
+               f"{counts['DENY']} denied")
+    if report.skipped:
+        count = len(report.skipped)
+        summary += f"; {count} object{'' if count == 1 else 's'} without pod templates skipped"
+    lines.append(summary)
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: Report) -> str:
+    payload = {"results": [r.as_dict() for r in report.results],
+               "skipped": [{"file": d.source, "document": d.index + 1, "kind": d.obj.get("kind"),
+                            "name": podview.metadata(d.obj).get("name")} for d in report.skipped],
+               "denied": report.denied}
+    return json.dumps(payload, indent=2) + "\n"
+
+
+def render_yaml(report: Report) -> str:
+    """The pods as they will be after mutation (for templates: the pod the controller will create)."""
+    pods = [r.mutated for r in report.results if r.mutated is not None]
+    return yaml.safe_dump_all(pods, sort_keys=False)
