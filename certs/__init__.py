@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -115,32 +116,89 @@ def still_valid(cert: x509.Certificate, *, margin: dt.timedelta = dt.timedelta(d
     return cert.not_valid_after_utc - margin > _now()
 
 
-def ensure_dev_certs(directory: str | os.PathLike[str], names: Iterable[str] = DEV_SANS) -> Path:
-    """Make ``ca.crt``, ``ca.key``, ``tls.crt`` and ``tls.key`` in ``directory`` unless valid ones are there."""
+RENEW_BEFORE_DAYS = 30
+
+
+def serving_names(service: str, namespace: str, extra: Iterable[str] = ()) -> list[str]:
+    """The names the API server may use to reach ``service`` in ``namespace``, then any extra ones."""
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
+            f"{service}.{namespace}.svc.cluster.local", *extra]
+
+
+def names_of(cert: x509.Certificate) -> list[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [*san.get_values_for_type(x509.DNSName), *(str(ip) for ip in san.get_values_for_type(x509.IPAddress))]
+
+
+def needs_renewal(cert: x509.Certificate, *, names: Iterable[str], ca: x509.Certificate,
+                  renew_before: dt.timedelta = dt.timedelta(days=RENEW_BEFORE_DAYS)) -> str | None:
+    """Why ``cert`` must be replaced (expiring within ``renew_before``, other names, other CA), or None."""
+    if cert.not_valid_after_utc - renew_before <= _now():
+        return f"expires {cert.not_valid_after_utc:%Y-%m-%d}, within the renewal window"
+    missing = set(names) - set(names_of(cert))
+    if missing:
+        return f"lacks names {', '.join(sorted(missing))}"
+    try:
+        cert.verify_directly_issued_by(ca)  # by signature: every CA made here has the same subject name
+    except (ValueError, TypeError, InvalidSignature):
+        return "was not issued by the current CA"
+    return None
+
+
+@dataclass(frozen=True)
+class Issued:
+    """What `issue` decided: the CA and serving pair to use, and whether each was made anew."""
+
+    ca: KeyPair
+    serving: KeyPair
+    new_ca: bool
+    renewed: str | None  # why the serving certificate was (re)made, or None when the old one was kept
+
+
+def issue(*, names: list[str], ca: KeyPair | None, serving: KeyPair | None, days: int = SERVING_DAYS,
+          renew_before: dt.timedelta = dt.timedelta(days=RENEW_BEFORE_DAYS)) -> Issued:
+    """Reuse a still-valid CA and serving pair; make what is missing, expiring or wrong."""
+    new_ca = ca is None or not still_valid(ca.certificate, margin=renew_before)
+    if new_ca:
+        ca = create_ca()
+    assert ca is not None
+    reason = "no serving certificate" if serving is None else needs_renewal(
+        serving.certificate, names=names, ca=ca.certificate, renew_before=renew_before)
+    if reason is not None or serving is None:
+        serving = create_serving(ca, names, days=days)
+    return Issued(ca=ca, serving=serving, new_ca=new_ca, renewed=reason)
+
+
+def _load_optional(cert_path: Path, key_path: Path) -> KeyPair | None:
+    if not (cert_path.is_file() and key_path.is_file()):
+        return None
+    try:
+        return load_pair(cert_path, key_path)
+    except (ValueError, OSError):
+        return None
+
+
+def issue_to_files(directory: str | os.PathLike[str], *, names: list[str], days: int = SERVING_DAYS,
+                   renew_before: dt.timedelta = dt.timedelta(days=RENEW_BEFORE_DAYS)) -> Issued:
+    """`issue` against ``ca.crt``/``ca.key``/``tls.crt``/``tls.key`` in ``directory``, writing what changed."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    ca_crt, ca_key, tls_crt, tls_key = (folder / n for n in ("ca.crt", "ca.key", "tls.crt", "tls.key"))
-    ca: KeyPair | None = None
-    if ca_crt.is_file() and ca_key.is_file():
-        try:
-            ca = load_pair(ca_crt, ca_key)
-            if not still_valid(ca.certificate, margin=dt.timedelta(days=30)):
-                ca = None
-        except (ValueError, OSError):
-            ca = None
-    serving_ok = False
-    if ca is not None and tls_crt.is_file() and tls_key.is_file():
-        try:
-            serving = load_pair(tls_crt, tls_key)
-            serving_ok = still_valid(serving.certificate) and serving.certificate.issuer == ca.certificate.subject
-        except (ValueError, OSError):
-            serving_ok = False
-    if ca is None:
-        ca = create_ca("ai-admission development CA")
-        _write(ca_key, ca.key_pem(), 0o600)
-        _write(ca_crt, ca.cert_pem(), 0o644)
-    if not serving_ok:
-        serving = create_serving(ca, names)
-        _write(tls_key, serving.key_pem(), 0o600)
-        _write(tls_crt, serving.cert_pem(), 0o644)
-    return folder
+    issued = issue(names=names, ca=_load_optional(folder / "ca.crt", folder / "ca.key"),
+                   serving=_load_optional(folder / "tls.crt", folder / "tls.key"), days=days, renew_before=renew_before)
+    if issued.new_ca:
+        _write(folder / "ca.key", issued.ca.key_pem(), 0o600)
+        _write(folder / "ca.crt", issued.ca.cert_pem(), 0o644)
+    if issued.renewed:
+        # key first: a reader that sees the new certificate must never pair it with the old key for long
+        _write(folder / "tls.key", issued.serving.key_pem(), 0o600)
+        _write(folder / "tls.crt", issued.serving.cert_pem(), 0o644)
+    return issued
+
+
+def ensure_dev_certs(directory: str | os.PathLike[str], names: Iterable[str] = DEV_SANS) -> Path:
+    """Make ``ca.crt``, ``ca.key``, ``tls.crt`` and ``tls.key`` in ``directory`` unless valid ones are there."""
+    issue_to_files(directory, names=list(names), renew_before=dt.timedelta(days=1))
+    return Path(directory)

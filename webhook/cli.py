@@ -64,6 +64,43 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if report.denied else 0
 
 
+def _certs_create(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from certs import issue_to_files, serving_names
+
+    names = serving_names(args.service, args.namespace, args.san or ())
+    window = dt.timedelta(days=args.renew_before_days)
+    if not args.out_dir and not args.secret:
+        print("ai-admission certs create: give --out-dir and/or --secret", file=sys.stderr)
+        return 2
+    if args.out_dir:
+        issued = issue_to_files(args.out_dir, names=names, days=args.days, renew_before=window)
+        print(f"{args.out_dir}: " + (f"serving certificate made ({issued.renewed})" if issued.renewed
+                                     else "serving certificate still valid, kept"))
+    if args.secret:
+        from certs.kube import api_client, issue_to_secret
+
+        issued = issue_to_secret(api_client(), secret=args.secret, namespace=args.namespace, names=names,
+                                 days=args.days, renew_before=window)
+        print(f"secret {args.namespace}/{args.secret}: " + (
+            f"serving certificate made ({issued.renewed})" if issued.renewed else "serving certificate still valid, kept"))
+    return 0
+
+
+def _certs_patch(args: argparse.Namespace) -> int:
+    from certs.kube import api_client, patch_ca_bundle, read_ca_bundle
+
+    api = api_client()
+    if args.ca_file:
+        bundle = Path(args.ca_file).read_bytes()
+    else:
+        bundle = read_ca_bundle(api, secret=args.secret, namespace=args.namespace)
+    changed = patch_ca_bundle(api, ca_bundle=bundle, mutating=args.mutating or (), validating=args.validating or ())
+    print("caBundle updated in " + ", ".join(changed) if changed else "caBundle already current")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ai-admission", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -88,6 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     certs = commands.add_parser("certs", help="certificate tooling")
     certs_commands = certs.add_subparsers(dest="certs_command", required=True)
+    create = certs_commands.add_parser(
+        "create", help="make a CA and a serving certificate (reusing a valid CA; renewing within the window)")
+    create.add_argument("--service", default="ai-admission")
+    create.add_argument("--namespace", default="ai-admission")
+    create.add_argument("--san", action="append", help="extra subject alternative name (repeatable)")
+    create.add_argument("--out-dir", help="write ca.crt, ca.key, tls.crt, tls.key here")
+    create.add_argument("--secret", help="keep this kubernetes.io/tls Secret current (CA in <secret>-ca)")
+    create.add_argument("--days", type=int, default=365, help="serving certificate lifetime")
+    create.add_argument("--renew-before-days", type=int, default=30, help="renew when expiring within this")
+    create.set_defaults(func=_certs_create)
+    patch = certs_commands.add_parser("patch", help="write the CA bundle into webhook configurations")
+    patch.add_argument("--mutating", action="append", help="MutatingWebhookConfiguration name (repeatable)")
+    patch.add_argument("--validating", action="append", help="ValidatingWebhookConfiguration name (repeatable)")
+    source = patch.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ca-file", help="PEM CA bundle file")
+    source.add_argument("--secret", help="read ca.crt from this Secret")
+    patch.add_argument("--namespace", default="ai-admission")
+    patch.set_defaults(func=_certs_patch)
+
     dev = certs_commands.add_parser("dev", help="make a development CA and serving pair (reused while valid)")
     dev.add_argument("--dir", default=str(DEV_CERTS))
     dev.add_argument("--san", action="append", help="subject alternative name (repeatable)")

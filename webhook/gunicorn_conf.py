@@ -6,17 +6,18 @@ cluster), ``AI_ADMISSION_TLS_DIR`` (tls.crt/tls.key, default certs/dev), ``AI_AD
 
 Why these: the API server keeps a few long-lived keep-alive connections per webhook, so gthread workers with a
 keep-alive longer than its idle timeout (90 s) reuse TLS sessions instead of handshaking per pod; TLS 1.2 is
-the floor (the API server speaks 1.2 and 1.3).
+the floor (the API server speaks 1.2 and 1.3). The SSL context is cached per worker and reloaded when the
+certificate files change (webhook.tls), instead of gunicorn's default of building one per connection.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import ssl
 import sys
 
 from webhook.rules import RulesError, load_rules
+from webhook.tls import ReloadingContext, server_context
 
 _port = os.environ.get("PORT", "8443")
 _tls_dir = os.environ.get("AI_ADMISSION_TLS_DIR", "certs/dev")
@@ -51,10 +52,17 @@ logconfig_dict = {
 }
 
 
+_contexts: dict[tuple[str, str], ReloadingContext] = {}
+
+
 def ssl_context(conf, default_ssl_context_factory):  # noqa: ANN001 - gunicorn's hook signature
-    context = default_ssl_context_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
+    """One cached context per worker, reloaded when the certificate files change (see webhook.tls)."""
+    key = (conf.certfile, conf.keyfile)
+    cached = _contexts.get(key)
+    if cached is None:
+        cached = _contexts[key] = ReloadingContext(conf.certfile, conf.keyfile,
+                                                   lambda: server_context(default_ssl_context_factory))
+    return cached.get()
 
 
 def on_starting(server) -> None:  # noqa: ANN001

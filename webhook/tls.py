@@ -1,0 +1,73 @@
+"""The server's TLS context: built once per worker, rebuilt when the certificate files change.
+
+gunicorn's gthread worker asks for an SSL context for every accepted connection, and its default builds a new
+one each time, reading and parsing the certificate chain from disk per connection. This cache serves the same
+context until the files change (a Secret update swaps the mounted files), checking their identity at most every
+``CHECK_SECONDS``; open connections keep the context they started with, new ones get the new certificate, so a
+rotation drops no request and needs no restart. A half-written pair (new certificate, old key) fails to load
+and the previous context stays in use until the next check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import threading
+import time
+from typing import Callable
+
+CHECK_SECONDS = 2.0
+log = logging.getLogger("ai_admission")
+
+
+def _identity(*paths: str) -> tuple[tuple[int, int, int], ...]:
+    """What changes when a file is replaced: inode, size and modification time (links are followed)."""
+    result = []
+    for path in paths:
+        stat = os.stat(path)
+        result.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(result)
+
+
+class ReloadingContext:
+    def __init__(self, certfile: str, keyfile: str, factory: Callable[[], ssl.SSLContext],
+                 check_seconds: float = CHECK_SECONDS) -> None:
+        self.certfile = certfile
+        self.keyfile = keyfile
+        self._factory = factory
+        self._check_seconds = check_seconds
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+        self._identity: tuple[tuple[int, int, int], ...] | None = None
+        self._checked = 0.0
+        self.loads = 0
+
+    def get(self) -> ssl.SSLContext:
+        now = time.monotonic()
+        if self._context is not None and now - self._checked < self._check_seconds:
+            return self._context
+        with self._lock:
+            if self._context is not None and now - self._checked < self._check_seconds:
+                return self._context
+            self._checked = now
+            try:
+                identity = _identity(self.certfile, self.keyfile)
+                if identity != self._identity or self._context is None:
+                    self._context = self._factory()
+                    self._identity = identity
+                    self.loads += 1
+                    if self.loads > 1:
+                        log.info('{"msg":"tls certificate reloaded","certfile":"%s"}', self.certfile)
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                if self._context is None:
+                    raise
+                log.warning('{"msg":"tls reload failed, keeping the previous certificate","error":"%s"}', exc)
+            return self._context
+
+
+def server_context(factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    """Harden gunicorn's default context: TLS 1.2 or newer only."""
+    context = factory()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
