@@ -4,7 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test venv clean
+WHEELS ?= dist/wheels
+
+.PHONY: serve test venv clean wheels install-wheels bench
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,5 +22,13 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The image's install steps (the Dockerfile runs these two, and so does the test of the image's install):
+# build wheels of the package and its dependencies, then install them with no index, as the final image does.
+wheels:
+	$(PYTHON) -m pip wheel --quiet --wheel-dir $(WHEELS) .
+
+install-wheels:
+	$(PYTHON) -m pip install --quiet --no-index --find-links $(WHEELS) ai-admission
+
 clean:
-	rm -rf $(VENV) certs/dev .pytest_cache
+	rm -rf $(VENV) certs/dev .pytest_cache dist

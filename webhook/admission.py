@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import podview
+from .cluster import UNKNOWN, ClusterFacts
 from .findings import Finding
 from .mutate import mutate_pod
 from .policy import evaluate
@@ -131,10 +132,10 @@ def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
                    audit_annotations=audit)
 
 
-def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str) -> Verdict:
+def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: ClusterFacts = UNKNOWN) -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
     profile = build_profile(pod, rules)
-    mutation = mutate_pod(pod, profile, rules)
+    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
 
@@ -146,7 +147,8 @@ def subject_of(request: AdmissionRequest) -> str:
                             namespace=request.namespace or meta.get("namespace") or None)
 
 
-def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None) -> Verdict | None:
+def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
+           facts: ClusterFacts = UNKNOWN) -> Verdict | None:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
 
     Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
@@ -158,7 +160,7 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
     if request.is_pod_create:
         if endpoint == MUTATE:
-            return mutate_verdict(request.object, rules=rules, mode=mode)
+            return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts)
         return judge_pod(request.object, rules=rules, mode=mode, subject=subject_of(request))
     if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE") or request.resource == "pods":
         return None

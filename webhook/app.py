@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 
 from . import podview
 from .admission import MUTATE, VALIDATE, Verdict, decide, respond
+from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .rules import MODES, Rules, load_rules
 
@@ -61,11 +62,25 @@ def _log_admission(review: AdmissionRequest, endpoint: str, verdict: Verdict | N
     }, separators=(",", ":")))
 
 
-def create_app(rules: Rules | None = None) -> Flask:
-    """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given)."""
+def _priority_class_names(rules: Rules) -> list[str]:
+    return [p.priority_class.name for p in rules.classes.values() if p.priority_class]
+
+
+def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True) -> Flask:
+    """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given).
+
+    ``watch``: the PriorityClass watch to consult; True starts one when the environment asks for it
+    (see `webhook.cluster`), None or False runs without (every class is assumed to exist).
+    """
     app = Flask("ai_admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    state = {"rules": rules if rules is not None else load_rules()}
+    state: dict[str, Any] = {"rules": rules if rules is not None else load_rules()}
+    if watch is True:
+        watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
+    cluster_watch = watch or None
+
+    def facts() -> ClusterFacts:
+        return cluster_watch.facts if cluster_watch else UNKNOWN
 
     def admit(endpoint: str, path_mode: str | None = None) -> Response:
         started = time.perf_counter()
@@ -74,7 +89,7 @@ def create_app(rules: Rules | None = None) -> Flask:
         except ReviewError as exc:
             return _error(exc.status, exc.message)
         try:
-            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode)
+            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts())
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)
@@ -105,7 +120,10 @@ def create_app(rules: Rules | None = None) -> Flask:
     @app.get("/readyz")
     def readyz() -> Response:
         current: Rules = state["rules"]
-        return _json({"status": "ready", "rules": current.source})
+        detail: dict[str, Any] = {"status": "ready", "rules": current.source}
+        if cluster_watch:
+            detail["cluster"] = facts().as_dict()
+        return _json(detail)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

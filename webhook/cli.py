@@ -101,6 +101,21 @@ def _certs_patch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifests(args: argparse.Namespace) -> int:
+    from .manifests import priority_classes, render, webhook_configurations
+
+    if args.what == "priorityclasses":
+        try:
+            rules = load_rules(args.rules) if args.rules else load_rules()
+        except RulesError as exc:
+            print(f"ai-admission manifests: {exc}", file=sys.stderr)
+            return 2
+        sys.stdout.write(render(priority_classes(rules), "priorityclasses"))
+    else:
+        sys.stdout.write(render(webhook_configurations(), "webhooks"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ai-admission", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -122,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
     checker.set_defaults(func=_check)
+
+    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base)")
+    manifests.add_argument("what", choices=("priorityclasses", "webhooks"))
+    manifests.add_argument("--rules", help="rules file for priorityclasses")
+    manifests.set_defaults(func=_manifests)
 
     certs = commands.add_parser("certs", help="certificate tooling")
     certs_commands = certs.add_subparsers(dest="certs_command", required=True)

@@ -42,6 +42,7 @@ class _Context:
     rules: Rules
     policy: ClassPolicy
     warnings: list[str]
+    missing_priority_classes: frozenset[str] = frozenset()
 
     @property
     def plan(self) -> ClassMutation:
@@ -166,6 +167,10 @@ def set_priority(ctx: _Context) -> None:
     """
     priority = ctx.policy.priority_class
     if priority is None or ctx.spec.get("priorityClassName"):
+        return
+    if priority.name in ctx.missing_priority_classes:
+        ctx.warnings.append(f'PriorityClass "{priority.name}" does not exist in this cluster, so it was not set '
+                            f"(the API server would refuse the pod); create it with kubectl apply -k manifests/")
         return
     ctx.spec["priorityClassName"] = priority.name
     ctx.spec.pop("priority", None)
@@ -327,12 +332,17 @@ STEPS: tuple[Callable[[_Context], None], ...] = (
 )
 
 
-def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> Mutation:
-    """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user."""
+def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
+               missing_priority_classes: frozenset[str] = frozenset()) -> Mutation:
+    """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user.
+
+    ``missing_priority_classes``: classes known not to exist in the cluster (see `webhook.cluster`).
+    """
     policy = rules.classes.get(profile.workload)
     if policy is None:  # class "none": not ai-admission's business
         return Mutation(pod=dict(pod), patch=[])
-    ctx = _Context(pod=copy.deepcopy(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[])
+    ctx = _Context(pod=copy.deepcopy(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
+                   missing_priority_classes=missing_priority_classes)
     for step in STEPS:
         step(ctx)
     patch = jsonpatch.make_patch(dict(pod), ctx.pod).patch

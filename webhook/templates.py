@@ -242,6 +242,21 @@ EXTRACTORS: dict[tuple[str, str], Callable[[Mapping[str, Any]], Iterator[Templat
 }
 
 
+# (API group, kind) -> the resource name webhook rules match on.
+RESOURCES: dict[tuple[str, str], str] = {
+    ("apps", "Deployment"): "deployments", ("apps", "ReplicaSet"): "replicasets",
+    ("apps", "StatefulSet"): "statefulsets", ("apps", "DaemonSet"): "daemonsets",
+    ("batch", "Job"): "jobs", ("batch", "CronJob"): "cronjobs",
+    ("kubeflow.org", "PyTorchJob"): "pytorchjobs", ("kubeflow.org", "TFJob"): "tfjobs",
+    ("kubeflow.org", "MPIJob"): "mpijobs", ("kubeflow.org", "XGBoostJob"): "xgboostjobs",
+    ("kubeflow.org", "PaddleJob"): "paddlejobs", ("kubeflow.org", "JAXJob"): "jaxjobs",
+    ("trainer.kubeflow.org", "TrainJob"): "trainjobs", ("jobset.x-k8s.io", "JobSet"): "jobsets",
+    ("serving.kserve.io", "InferenceService"): "inferenceservices", ("batch.volcano.sh", "Job"): "jobs",
+    ("ray.io", "RayCluster"): "rayclusters", ("ray.io", "RayJob"): "rayjobs",
+}
+assert RESOURCES.keys() == EXTRACTORS.keys()
+
+
 def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 

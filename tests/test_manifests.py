@@ -1,0 +1,163 @@
+"""manifests/: renders with kustomize, every object is schema-valid, and it agrees with the code it deploys."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import ROOT, Server
+from tests.reviews import K8S_VERSION, admission_review
+from webhook.rules import Rules
+from webhook.templates import RESOURCES
+
+CLI = str(Path(sys.executable).with_name("ai-admission"))
+OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager"]
+CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) is not installed")
+
+
+def render(path: str) -> list[dict[str, Any]]:
+    done = subprocess.run(["kubectl", "kustomize", str(ROOT / path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return render("manifests/base")
+
+
+@pytest.mark.parametrize("path", OVERLAYS)
+def test_every_rendered_object_is_valid(path: str) -> None:
+    objects = render(path)
+    assert objects
+    for obj in objects:
+        if obj["kind"] in CERT_MANAGER_KINDS:
+            assert obj["apiVersion"] == "cert-manager.io/v1" and obj["spec"]
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path}: {obj['kind']}/{obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+@pytest.mark.parametrize("command", ["priorityclasses", "webhooks"])
+def test_generated_manifests_are_current(command: str) -> None:
+    done = subprocess.run([CLI, "manifests", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    committed = (ROOT / "manifests" / "base" / f"{command}.yaml").read_text()
+    assert done.stdout == committed, f"run: ai-admission manifests {command} > manifests/base/{command}.yaml"
+
+
+def test_priority_classes_match_the_rules(base: list[dict[str, Any]], rules: Rules) -> None:
+    classes = {o["metadata"]["name"]: o for o in base if o["kind"] == "PriorityClass"}
+    for policy in rules.classes.values():
+        assert policy.priority_class is not None
+        installed = classes[policy.priority_class.name]
+        assert installed["value"] == policy.priority_class.value
+        assert installed["preemptionPolicy"] == policy.priority_class.preemption_policy
+    values = {name: classes[f"ai-{name}"]["value"] for name in ("inference", "training", "hpo", "batch")}
+    assert values["inference"] > values["training"] > values["hpo"] > values["batch"]
+    assert classes["ai-batch"]["preemptionPolicy"] == "Never"
+
+
+def test_webhooks_point_at_paths_the_app_serves(base: list[dict[str, Any]], server: Server) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for webhook in find(base, kind)["webhooks"]:
+            service = webhook["clientConfig"]["service"]
+            assert (service["name"], service["namespace"], service["port"]) == ("ai-admission", "ai-admission", 443)
+            review = admission_review(pod)
+            assert server.review(service["path"], review)["allowed"] is True
+    service = find(base, "Service", "ai-admission")
+    assert service["spec"]["ports"][0]["port"] == 443
+
+
+def test_webhook_settings(base: list[dict[str, Any]]) -> None:
+    mutating = find(base, "MutatingWebhookConfiguration")["webhooks"]
+    validating = find(base, "ValidatingWebhookConfiguration")["webhooks"]
+    for webhook in [*mutating, *validating]:
+        assert webhook["sideEffects"] == "None"
+        assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
+        assert webhook["failurePolicy"] == "Ignore"
+        assert webhook["matchPolicy"] == "Equivalent"
+        assert 1 <= webhook["timeoutSeconds"] <= 10
+        excluded = webhook["namespaceSelector"]["matchExpressions"][0]
+        assert excluded == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                            "values": ["kube-system", "kube-node-lease", "ai-admission"]}
+    assert mutating[0]["reinvocationPolicy"] == "IfNeeded"
+    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate", "/validate/warn", "/validate/audit"]
+    modes = [w["namespaceSelector"]["matchExpressions"][1] for w in validating]
+    assert modes == [{"key": "ai-admission.io/mode", "operator": "NotIn", "values": ["warn", "audit"]},
+                     {"key": "ai-admission.io/mode", "operator": "In", "values": ["warn"]},
+                     {"key": "ai-admission.io/mode", "operator": "In", "values": ["audit"]}]
+
+
+def test_validating_rules_cover_every_template_kind(base: list[dict[str, Any]]) -> None:
+    for webhook in find(base, "ValidatingWebhookConfiguration")["webhooks"]:
+        covered = {(g, r) for rule in webhook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+        assert ("", "pods") in covered
+        assert {(group, resource) for (group, _), resource in RESOURCES.items()} <= covered
+
+
+def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]]) -> None:
+    deployment = find(base, "Deployment", "ai-admission")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert deployment["spec"]["replicas"] >= 2
+    assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] > 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AI_ADMISSION_BIND"] == "0.0.0.0:8443"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[env["AI_ADMISSION_TLS_DIR"]] == "tls" and mounts[env["AI_ADMISSION_RULES"]] == "rules"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["rules"]["configMap"]["name"] == find(base, "ConfigMap")["metadata"]["name"]
+    assert find(base, "ConfigMap")["data"]["rules.yaml"] == (ROOT / "rules" / "default.yaml").read_text()
+    pdb = find(base, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_cert_manager_overlay_replaces_the_cert_job() -> None:
+    objects = render("manifests/overlays/cert-manager")
+    kinds = {o["kind"] for o in objects}
+    assert "Job" not in kinds and "CronJob" not in kinds
+    serving = find(objects, "Certificate", "ai-admission-serving")
+    assert serving["spec"]["secretName"] == "ai-admission-tls"
+    assert "ai-admission.ai-admission.svc" in serving["spec"]["dnsNames"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = find(objects, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "ai-admission/ai-admission-serving"
+
+
+def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
+    roles = {(o["kind"], o["metadata"]["name"]): o["rules"] for o in base if o["kind"] in ("Role", "ClusterRole")}
+    assert roles[("ClusterRole", "ai-admission-read-priorityclasses")] == [
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]}]
+    for rules in roles.values():
+        for rule in rules:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+    webhook_rule = roles[("ClusterRole", "ai-admission-certs")][0]
+    assert webhook_rule["resourceNames"] == ["ai-admission"] and webhook_rule["verbs"] == ["get", "patch"]

@@ -1,0 +1,94 @@
+"""Facts about the cluster that policy depends on, refreshed in the background, never on the request path.
+
+A pod naming a PriorityClass that does not exist is refused by the API server ("no PriorityClass with name ...
+was found"), so one missing class would block every pod of its workload class. A daemon thread per worker
+lists PriorityClasses at start and every ``interval`` seconds; mutation reads the last answer from memory and
+does not set a class that is missing (the pod is admitted without it, with a warning).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger("ai_admission")
+CHECK_ENV = "AI_ADMISSION_CHECK_PRIORITY_CLASSES"  # "true", "false" or "auto" (in a cluster: on)
+INTERVAL_ENV = "AI_ADMISSION_CLUSTER_CHECK_SECONDS"
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """The last known state; ``checked`` False means nothing is known yet (assume every class exists)."""
+
+    missing_priority_classes: frozenset[str] = frozenset()
+    checked: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checked": self.checked, "missingPriorityClasses": sorted(self.missing_priority_classes),
+                "error": self.error}
+
+
+UNKNOWN = ClusterFacts()
+
+
+def list_priority_classes() -> set[str]:
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    with client.ApiClient() as api:
+        return {item.metadata.name for item in client.SchedulingV1Api(api).list_priority_class().items}
+
+
+class PriorityClassWatch:
+    """Polls the cluster's PriorityClasses against the names the rules set."""
+
+    def __init__(self, wanted: Callable[[], Iterable[str]], *, interval: float = 60.0,
+                 lister: Callable[[], set[str]] = list_priority_classes) -> None:
+        self._wanted = wanted
+        self._interval = interval
+        self._lister = lister
+        self._stop = threading.Event()
+        self.facts = UNKNOWN
+        self._thread = threading.Thread(target=self._run, name="priorityclass-watch", daemon=True)
+
+    def start(self) -> "PriorityClassWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def refresh(self) -> ClusterFacts:
+        wanted = set(self._wanted())
+        try:
+            existing = self._lister()
+        except Exception as exc:  # noqa: BLE001 - an API hiccup keeps the last answer; it must not kill the thread
+            facts = ClusterFacts(self.facts.missing_priority_classes, self.facts.checked, f"{type(exc).__name__}: {exc}")
+        else:
+            facts = ClusterFacts(frozenset(wanted - existing), True, None)
+        if facts.missing_priority_classes != self.facts.missing_priority_classes or facts.error != self.facts.error:
+            log.warning(json.dumps({"msg": "priority classes checked", **facts.as_dict()}))
+        self.facts = facts
+        return facts
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self._interval)
+
+
+def watch_from_environment(wanted: Callable[[], Iterable[str]]) -> PriorityClassWatch | None:
+    """Started when ``AI_ADMISSION_CHECK_PRIORITY_CLASSES`` is true, or "auto" (default) inside a cluster."""
+    setting = os.environ.get(CHECK_ENV, "auto").lower()
+    enabled = setting == "true" or (setting == "auto" and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
+    if not enabled:
+        return None
+    return PriorityClassWatch(wanted, interval=float(os.environ.get(INTERVAL_ENV, "60"))).start()
