@@ -139,3 +139,16 @@ def test_multi_node_annotation_and_world_size(rules: Rules) -> None:
     assert build_profile(single, rules).multi_node is False
     forced = pod(gpu("a", "1"), annotations={"ai-admission.io/multi-node": "true"})
     assert build_profile(forced, rules).multi_node is True
+
+
+def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -> None:
+    from webhook.mutate import mutate_pod
+
+    p = pod({"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "2", "memory": "8Gi"}}},
+            {"name": "logger", "resources": {"limits": {"nvidia.com/gpu": "0", "memory": "1Gi"}}},
+            annotations={"ai-admission.io/workload-type": "training", "ai-admission.io/multi-node": "true"})
+    mutated = mutate_pod(p, build_profile(p, rules), rules).pod
+    trainer, logger = mutated["spec"]["containers"]
+    assert [m["mountPath"] for m in trainer["volumeMounts"]] == ["/dev/shm"]
+    assert {e["name"] for e in trainer["env"]} == {"NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}
+    assert "volumeMounts" not in logger and "env" not in logger

@@ -6,16 +6,17 @@ loads the rules named by ``AI_ADMISSION_RULES`` (or the default file) once, befo
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from . import podview
 from .admission import MUTATE, VALIDATE, Verdict, decide, respond
+from .logs import AdmissionLog
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .rules import MODES, Rules, load_rules
@@ -25,7 +26,7 @@ log = logging.getLogger("ai_admission")
 
 
 def _json(payload: Any, status: int = 200) -> Response:
-    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype="application/json")
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
 
 def _error(status: int, message: str) -> Response:
@@ -38,28 +39,28 @@ def _read_review() -> AdmissionRequest:
         raise ReviewError(f"Content-Type must be application/json, got {mimetype or 'none'!r}", status=415)
     raw = request.get_data(cache=False)
     try:
-        body = json.loads(raw)
-    except RecursionError as exc:
-        raise ReviewError("request body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = orjson.loads(raw)  # nesting deeper than 1024 levels is refused by orjson itself
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise ReviewError("request body is nested too deeply (more than 1024 levels)") from exc
         raise ReviewError(f"request body is not valid JSON: {exc}") from exc
     return parse_review(body)
 
 
-def _log_admission(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float,
-                   patch_ops: int) -> None:
-    if not log.isEnabledFor(logging.INFO):
+def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint: str, verdict: Verdict | None,
+                   started: float, patch_ops: int) -> None:
+    if not admissions.enabled:
         return
     meta = podview.metadata(review.object or {})
     profile = verdict.profile if verdict else None
-    log.info(json.dumps({
+    admissions.write({
         "msg": "admission", "uid": review.uid, "endpoint": endpoint, "operation": review.operation,
         "kind": review.kind, "namespace": review.namespace, "name": review.name or meta.get("generateName") or "",
         "dryRun": review.dry_run, "class": profile.workload if profile else None,
         "allowed": verdict.allowed if verdict else True, "mode": verdict.mode if verdict else None,
         "reasons": verdict.reason_codes if verdict else [], "patchOps": patch_ops,
         "durationMs": round((time.perf_counter() - started) * 1000, 3),
-    }, separators=(",", ":")))
+    })
 
 
 def _priority_class_names(rules: Rules) -> list[str]:
@@ -78,6 +79,7 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     if watch is True:
         watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
     cluster_watch = watch or None
+    admissions = AdmissionLog()
 
     def facts() -> ClusterFacts:
         return cluster_watch.facts if cluster_watch else UNKNOWN
@@ -96,7 +98,7 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             verdict = None
             payload = build_response(api_version=review.api_version, uid=review.uid, allowed=True,
                                      warnings=["ai-admission had an internal error and admitted this pod unchecked"])
-        _log_admission(review, endpoint, verdict, started, len(verdict.patch) if verdict else 0)
+        _log_admission(admissions, review, endpoint, verdict, started, len(verdict.patch) if verdict else 0)
         return _json(payload)
 
     @app.post("/validate")

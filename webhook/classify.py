@@ -8,7 +8,7 @@ person can read in ``kubectl get pod -o yaml`` or in a denial message.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import names, podview
 from .hints import Hints
@@ -25,10 +25,8 @@ class Classification:
 
 
 def _match(signal: Signal, *, labels: Mapping[str, str], owners: list[dict[str, Any]],
-           env: Mapping[str, str | None], has_accelerator: bool) -> list[str] | None:
+           env: Callable[[], Mapping[str, str | None]]) -> list[str] | None:
     """The evidence for each condition of ``signal``, or None when one does not hold."""
-    if signal.requires_accelerator and not has_accelerator:
-        return None
     evidence: list[str] = []
     if signal.owners:
         owner = next((o for o in owners if any(m.matches(o) for m in signal.owners)), None)
@@ -41,7 +39,7 @@ def _match(signal: Signal, *, labels: Mapping[str, str], owners: list[dict[str, 
             return None
         evidence.append(f"label {found}")
     for env_match in signal.env:
-        found = env_match.matches(env)
+        found = env_match.matches(env())
         if found is None:
             return None
         evidence.append(f"env {found}")
@@ -54,9 +52,20 @@ def classify(pod: Mapping[str, Any], *, rules: Rules, hints: Hints, has_accelera
                               "annotation")
     labels = podview.labels(pod)
     owners = podview.owners(pod)
-    env = podview.pod_env(pod)
+    owner_kinds = {o.get("kind") for o in owners}
+    env_cache: list[Mapping[str, str | None]] = []
+
+    def env() -> Mapping[str, str | None]:  # merged container env, built only if a signal needs it
+        if not env_cache:
+            env_cache.append(podview.pod_env(pod))
+        return env_cache[0]
+
     for signal in rules.signals:
-        evidence = _match(signal, labels=labels, owners=owners, env=env, has_accelerator=has_accelerator)
+        if ((signal.requires_accelerator and not has_accelerator)
+                or (signal.owner_kinds and signal.owner_kinds.isdisjoint(owner_kinds))
+                or not signal.label_keys <= labels.keys()):
+            continue
+        evidence = _match(signal, labels=labels, owners=owners, env=env)
         if evidence is not None:
             return Classification(signal.workload, ", ".join(evidence), "signal")
     if has_accelerator:

@@ -1,25 +1,23 @@
 """Mutation: turn a classified pod into what its class needs, never overwriting what the user set.
 
-Each step edits a deep copy of the pod in place and is idempotent on its own output (it checks before it adds),
-so mutating an already-mutated pod changes nothing and ``reinvocationPolicy: IfNeeded`` is safe. The patch is
-the diff of the original against the copy (`jsonpatch.make_patch`), which creates missing parents, escapes
-``/`` and ``~`` in keys, and leaves every field it does not know untouched.
+Each step edits the pod through a `webhook.patch.Editor`, which records one JSON Patch operation per edit
+(creating missing parents, escaping keys) on a working copy that shares everything untouched with the original.
+Every step checks before it adds, so mutating an already-mutated pod records nothing and
+``reinvocationPolicy: IfNeeded`` is safe; fields ai-admission does not know are never touched.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-import jsonpatch
+import orjson
 
 from . import names, podview
-from .hints import Hints
-from .profile import Profile, model_from_pod
+from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
+from .patch import Editor
 from .rules import ClassMutation, ClassPolicy, MutationSettings, Rules
 
 SHM_PATH = "/dev/shm"
@@ -28,21 +26,28 @@ DEFAULT_SCHEDULER = "default-scheduler"
 
 @dataclass(frozen=True)
 class Mutation:
-    pod: dict[str, Any]
+    pod: dict[str, Any]  # shares unchanged subtrees with the input: read it, do not modify it
     patch: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
 
 
+ContainerRef = tuple[tuple[str, str, int], dict[str, Any]]
+
+
 @dataclass
 class _Context:
-    """What every step reads; ``pod`` is the copy being edited."""
+    """What every step reads; ``edit`` holds the working copy and records the patch."""
 
-    pod: dict[str, Any]
+    edit: Editor
     profile: Profile
     rules: Rules
     policy: ClassPolicy
     warnings: list[str]
     missing_priority_classes: frozenset[str] = frozenset()
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return self.edit.doc
 
     @property
     def plan(self) -> ClassMutation:
@@ -54,39 +59,33 @@ class _Context:
 
     @property
     def spec(self) -> dict[str, Any]:
-        return _child_dict(self.pod, "spec")
+        return podview.spec(self.pod)
 
     @property
     def multi_node_training(self) -> bool:
         return self.profile.workload == "training" and self.profile.multi_node
 
-    def gpu_containers(self) -> list[dict[str, Any]]:
-        """Init (and sidecar) and app containers that request an accelerator, as objects of the copy."""
+    def containers(self, *, init: bool = True) -> list[ContainerRef]:
+        """(path, container) of init (and sidecar) and app containers, with their indexes in the pod."""
+        kinds = ("initContainers", "containers") if init else ("containers",)
         result = []
-        for container in podview.all_containers(self.pod):
-            requests, limits = podview.resources(container)
-            if any(isinstance(k, str) and self.rules.is_accelerator(k) for k in {*requests, *limits}):
-                result.append(container)
+        for kind in kinds:
+            for index, container in enumerate(podview.as_list(self.spec.get(kind))):
+                if isinstance(container, dict):
+                    result.append((("spec", kind, index), container))
         return result
+
+    def gpu_containers(self) -> list[ContainerRef]:
+        """The containers that request an accelerator (found once, by the profile), init containers first."""
+        refs = []
+        for kind, index in sorted(self.profile.accelerator_containers, key=lambda k: (k[0] != "initContainers", k[1])):
+            path = ("spec", kind, index)
+            refs.append((path, self.edit.get(path)))
+        return refs
 
     def job_label(self) -> tuple[str, str] | None:
         labels = podview.labels(self.pod)
         return next(((k, labels[k]) for k in self.settings.job_labels if labels.get(k)), None)
-
-
-def _child_dict(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """``parent[key]`` as a dict, created when missing or null."""
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        value = parent[key] = {}
-    return value
-
-
-def _child_list(parent: dict[str, Any], key: str) -> list[Any]:
-    value = parent.get(key)
-    if not isinstance(value, list):
-        value = parent[key] = []
-    return value
 
 
 def _pod_memory_limit(pod: Mapping[str, Any]) -> Decimal | None:
@@ -121,8 +120,9 @@ def add_shm(ctx: _Context) -> None:
         return
     targets = ctx.gpu_containers()
     if ctx.settings.shm_in_all_containers:
-        targets += [c for c in podview.containers(ctx.pod) if c not in targets]
-    targets = [c for c in targets if not any(
+        chosen = {path for path, _ in targets}
+        targets += [ref for ref in ctx.containers(init=False) if ref[0] not in chosen]
+    targets = [(path, c) for path, c in targets if not any(
         isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM_PATH
         for m in podview.as_list(c.get("volumeMounts")))]
     if not targets:
@@ -136,26 +136,24 @@ def add_shm(ctx: _Context) -> None:
     else:
         size = min(size, limit * ctx.settings.max_shm_fraction_of_memory_limit)
     size = Decimal(int(size) // (2**20) * 2**20) if size >= 2**20 else Decimal(int(size))
-    _child_list(ctx.spec, "volumes").append(
-        {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": format_quantity(size)}})
-    for container in targets:
-        _child_list(container, "volumeMounts").append({"name": name, "mountPath": SHM_PATH})
+    ctx.edit.append(("spec", "volumes"), {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": format_quantity(size)}})
+    for path, _ in targets:
+        ctx.edit.append((*path, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
 def add_nccl_env(ctx: _Context) -> None:
     """NCCL over InfiniBand for the GPU containers of multi-node jobs; a variable the user set is never replaced."""
     if not ctx.plan.nccl_env or not (ctx.multi_node_training or ctx.plan.nccl_single_node):
         return
-    for container in ctx.gpu_containers():
+    for path, container in ctx.gpu_containers():
         if podview.as_list(container.get("envFrom")):
             ctx.warnings.append(f'container "{container.get("name", "?")}" uses envFrom, which an added env would '
                                 f"override; NCCL defaults were not added to it")
             continue
         present = set(podview.container_env(container))
-        env = _child_list(container, "env")
         for name, value in ctx.plan.nccl_env:
             if name not in present:
-                env.append({"name": name, "value": value})
+                ctx.edit.append((*path, "env"), {"name": name, "value": value})
 
 
 def set_priority(ctx: _Context) -> None:
@@ -172,9 +170,9 @@ def set_priority(ctx: _Context) -> None:
         ctx.warnings.append(f'PriorityClass "{priority.name}" does not exist in this cluster, so it was not set '
                             f"(the API server would refuse the pod); create it with kubectl apply -k manifests/")
         return
-    ctx.spec["priorityClassName"] = priority.name
-    ctx.spec.pop("priority", None)
-    ctx.spec.pop("preemptionPolicy", None)
+    ctx.edit.set(("spec", "priorityClassName"), priority.name)
+    ctx.edit.remove(("spec", "priority"))
+    ctx.edit.remove(("spec", "preemptionPolicy"))
 
 
 def _covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
@@ -194,12 +192,11 @@ def add_tolerations(ctx: _Context) -> None:
     if ctx.settings.gpu_tolerations:
         wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted(ctx.profile.gpus)]
     wanted += ctx.plan.tolerations
-    if not wanted:
-        return
     present = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
-    missing = [dict(t) for t in wanted if not any(_covers(e, t) for e in present)]
-    if missing:
-        _child_list(ctx.spec, "tolerations").extend(missing)
+    for toleration in wanted:
+        if not any(_covers(e, toleration) for e in present):
+            ctx.edit.append(("spec", "tolerations"), dict(toleration))
+            present.append(dict(toleration))
 
 
 def pin_model(ctx: _Context) -> None:
@@ -207,11 +204,10 @@ def pin_model(ctx: _Context) -> None:
     model = ctx.profile.model
     if model is None or ctx.profile.is_mig:
         return
-    if model_from_pod(ctx.pod, ctx.rules, Hints())[0] is not None:
+    if ctx.profile.pinned_model is not None:
         return  # a nodeSelector or required affinity already pins a model; never override it
     key = ctx.settings.model_node_selector_key
-    selector = _child_dict(ctx.spec, "nodeSelector")
-    selector.setdefault(key, model.label_value(key))
+    ctx.edit.setdefault(("spec", "nodeSelector", key), model.label_value(key))
 
 
 def add_topology(ctx: _Context) -> None:
@@ -221,15 +217,16 @@ def add_topology(ctx: _Context) -> None:
         job = ctx.job_label()
         if job is not None:
             term = {"labelSelector": {"matchLabels": {job[0]: job[1]}}, "topologyKey": affinity_plan.topology_key}
-            pod_affinity = _child_dict(_child_dict(ctx.spec, "affinity"), "podAffinity")
+            base = ("spec", "affinity", "podAffinity")
             if affinity_plan.required:
-                terms = _child_list(pod_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
-                if term not in terms:
-                    terms.append(term)
+                path = (*base, "requiredDuringSchedulingIgnoredDuringExecution")
+                if term not in podview.as_list(ctx.edit.get(path)):
+                    ctx.edit.append(path, term)
             else:
-                preferred = _child_list(pod_affinity, "preferredDuringSchedulingIgnoredDuringExecution")
-                if not any(isinstance(p, dict) and p.get("podAffinityTerm") == term for p in preferred):
-                    preferred.append({"weight": affinity_plan.weight, "podAffinityTerm": term})
+                path = (*base, "preferredDuringSchedulingIgnoredDuringExecution")
+                if not any(isinstance(p, dict) and p.get("podAffinityTerm") == term
+                           for p in podview.as_list(ctx.edit.get(path))):
+                    ctx.edit.append(path, {"weight": affinity_plan.weight, "podAffinityTerm": term})
     spread = ctx.plan.topology_spread
     if spread is not None:
         labels = podview.labels(ctx.pod)
@@ -239,13 +236,12 @@ def add_topology(ctx: _Context) -> None:
         present = {c.get("topologyKey") for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
                    if isinstance(c, dict)}
         for topology_key in spread.topology_keys:
-            if topology_key in present:
-                continue
-            _child_list(ctx.spec, "topologySpreadConstraints").append({
-                "maxSkew": spread.max_skew, "topologyKey": topology_key,
-                "whenUnsatisfiable": spread.when_unsatisfiable,
-                "labelSelector": {"matchLabels": {key: labels[key]}},
-            })
+            if topology_key not in present:
+                ctx.edit.append(("spec", "topologySpreadConstraints"), {
+                    "maxSkew": spread.max_skew, "topologyKey": topology_key,
+                    "whenUnsatisfiable": spread.when_unsatisfiable,
+                    "labelSelector": {"matchLabels": {key: labels[key]}},
+                })
 
 
 def add_gang(ctx: _Context) -> None:
@@ -261,12 +257,11 @@ def add_gang(ctx: _Context) -> None:
         ctx.warnings.append("multi-node training pod carries no job-name label; no pod group was set")
         return
     if ctx.spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
-        ctx.spec["schedulerName"] = gang.scheduler_name
-    metadata = _child_dict(ctx.pod, "metadata")
+        ctx.edit.set(("spec", "schedulerName"), gang.scheduler_name)
     if gang.pod_group_annotation:
-        _child_dict(metadata, "annotations").setdefault(gang.pod_group_annotation, job[1])
+        ctx.edit.setdefault(("metadata", "annotations", gang.pod_group_annotation), job[1])
     if gang.pod_group_label:
-        _child_dict(metadata, "labels").setdefault(gang.pod_group_label, job[1])
+        ctx.edit.setdefault(("metadata", "labels", gang.pod_group_label), job[1])
 
 
 def add_rdma(ctx: _Context) -> None:
@@ -274,33 +269,28 @@ def add_rdma(ctx: _Context) -> None:
     rdma = ctx.plan.rdma
     if rdma is None or not ctx.multi_node_training:
         return
-    for container in ctx.gpu_containers():
+    for path, container in ctx.gpu_containers():
         requests, limits = podview.resources(container)
         if rdma.resource not in requests and rdma.resource not in limits:
-            resources = _child_dict(container, "resources")
-            _child_dict(resources, "limits")[rdma.resource] = str(rdma.amount)
-            _child_dict(resources, "requests")[rdma.resource] = str(rdma.amount)
+            ctx.edit.set((*path, "resources", "limits", rdma.resource), str(rdma.amount))
+            ctx.edit.set((*path, "resources", "requests", rdma.resource), str(rdma.amount))
         if rdma.ipc_lock:
-            capabilities = _child_dict(_child_dict(container, "securityContext"), "capabilities")
-            added = _child_list(capabilities, "add")
-            if "IPC_LOCK" not in added:
-                added.append("IPC_LOCK")
+            capabilities = (*path, "securityContext", "capabilities", "add")
+            if "IPC_LOCK" not in podview.as_list(ctx.edit.get(capabilities)):
+                ctx.edit.append(capabilities, "IPC_LOCK")
 
 
 def add_metadata(ctx: _Context) -> None:
     """Per-class labels and annotations (a Kueue queue, say); a value the user set stays."""
-    metadata = _child_dict(ctx.pod, "metadata")
     for key, source in (("labels", ctx.plan.labels), ("annotations", ctx.plan.annotations)):
-        if source:
-            target = _child_dict(metadata, key)
-            for name, value in source.items():
-                target.setdefault(name, value)
+        for name, value in source.items():
+            ctx.edit.setdefault(("metadata", key, name), value)
 
 
 def add_deadline(ctx: _Context) -> None:
     """A bound on run time for pods of classes that set one (hpo trials), when the pod has none."""
-    if ctx.plan.active_deadline_seconds is not None and ctx.spec.get("activeDeadlineSeconds") is None:
-        ctx.spec["activeDeadlineSeconds"] = ctx.plan.active_deadline_seconds
+    if ctx.plan.active_deadline_seconds is not None:
+        ctx.edit.setdefault(("spec", "activeDeadlineSeconds"), ctx.plan.active_deadline_seconds)
 
 
 def profile_summary(profile: Profile) -> dict[str, Any]:
@@ -320,10 +310,10 @@ def profile_summary(profile: Profile) -> dict[str, Any]:
 def record_profile(ctx: _Context) -> None:
     if not ctx.settings.record_profile:
         return
-    metadata = _child_dict(ctx.pod, "metadata")
-    _child_dict(metadata, "labels").setdefault(names.WORKLOAD_TYPE, ctx.profile.workload)
-    summary = json.dumps(profile_summary(ctx.profile), separators=(",", ":"), sort_keys=True)
-    _child_dict(metadata, "annotations")[names.PROFILE] = summary
+    ctx.edit.setdefault(("metadata", "labels", names.WORKLOAD_TYPE), ctx.profile.workload)
+    summary = orjson.dumps(profile_summary(ctx.profile), option=orjson.OPT_SORT_KEYS).decode()
+    if podview.annotations(ctx.pod).get(names.PROFILE) != summary:
+        ctx.edit.set(("metadata", "annotations", names.PROFILE), summary)
 
 
 STEPS: tuple[Callable[[_Context], None], ...] = (
@@ -341,9 +331,8 @@ def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
     policy = rules.classes.get(profile.workload)
     if policy is None:  # class "none": not ai-admission's business
         return Mutation(pod=dict(pod), patch=[])
-    ctx = _Context(pod=copy.deepcopy(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
+    ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
                    missing_priority_classes=missing_priority_classes)
     for step in STEPS:
         step(ctx)
-    patch = jsonpatch.make_patch(dict(pod), ctx.pod).patch
-    return Mutation(pod=ctx.pod, patch=patch, warnings=ctx.warnings)
+    return Mutation(pod=ctx.edit.doc, patch=ctx.edit.ops, warnings=ctx.warnings)

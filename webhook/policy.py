@@ -12,8 +12,7 @@ from typing import Any, Mapping
 
 from . import names, podview
 from .findings import Finding, deny, warn
-from .hints import Hints
-from .profile import Profile, cards_needed, model_from_pod
+from .profile import Profile, cards_needed
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
 
@@ -50,13 +49,13 @@ def _gpu_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> lis
         found.append(deny("gpu-model-unknown",
                           f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog; '
                           f'known models: {", ".join(rules.catalog)}'))
-    if profile.model is not None and profile.hints.gpu_model:
-        pinned, where = model_from_pod(pod, rules, Hints())
-        pinned_model = rules.find_model(pinned) if pinned else None
+    if profile.model is not None and profile.hints.gpu_model and profile.pinned_model:
+        pinned_model = rules.find_model(profile.pinned_model)
         if pinned_model is not None and pinned_model is not profile.model:
             found.append(deny("gpu-model-conflict",
-                              f'annotation {names.GPU_MODEL} says "{profile.hints.gpu_model}" but {where} pins '
-                              f'"{pinned}" ({pinned_model.name}); keep one of them'))
+                              f'annotation {names.GPU_MODEL} says "{profile.hints.gpu_model}" but '
+                              f'{profile.pinned_where} pins "{profile.pinned_model}" ({pinned_model.name}); '
+                              f"keep one of them"))
     if profile.memory_per_gpu is None:
         found.append(deny("gpu-memory-missing",
                           f"{gpus} does not say how much GPU memory it needs: {_memory_fix(rules)}"))
@@ -104,18 +103,11 @@ def _priority_finding(pod: Mapping[str, Any], profile: Profile, rules: Rules) ->
                 f'{", ".join(sorted(policy.allowed_priority_classes))}{default}')
 
 
-def _gpu_containers(pod: Mapping[str, Any], rules: Rules) -> list[dict[str, Any]]:
-    result = []
-    for container in podview.all_containers(pod):
-        requests, limits = podview.resources(container)
-        if any(isinstance(k, str) and rules.is_accelerator(k) for k in {*requests, *limits}):
-            result.append(container)
-    return result
-
-
-def _host_memory_findings(pod: Mapping[str, Any], rules: Rules) -> list[Finding]:
+def _host_memory_findings(pod: Mapping[str, Any], profile: Profile) -> list[Finding]:
     found = []
-    for container in _gpu_containers(pod, rules):
+    spec = podview.spec(pod)
+    for kind, index in sorted(profile.accelerator_containers):
+        container = spec[kind][index]
         requests, limits = podview.resources(container)
         if "memory" not in requests and "memory" not in limits:
             found.append(warn("host-memory-request-missing",
@@ -153,7 +145,7 @@ def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Fin
         found.append(priority)
     if profile.gpu_count:
         if rules.warn_missing_host_memory:
-            found.extend(_host_memory_findings(pod, rules))
+            found.extend(_host_memory_findings(pod, profile))
         model = profile.model
         if (rules.warn_tensor_parallel_over_pcie and model is not None and model.interconnect == "pcie"
                 and profile.gpu_count > 1 and profile.memory_total is not None and profile.memory_total > model.memory):

@@ -38,6 +38,9 @@ class Profile:
     multi_node: bool
     multi_node_reason: str | None
     problems: tuple[Finding, ...] = field(default=())
+    accelerator_containers: frozenset[ContainerKey] = frozenset()
+    pinned_model: str | None = None          # what the pod's own nodeSelector/affinity pins, if anything
+    pinned_where: str | None = None
 
     @property
     def workload(self) -> str:
@@ -56,10 +59,14 @@ class Profile:
 
 
 def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
-                         problems: list[Finding]) -> dict[str, int]:
-    """Accelerators one container asks for. For extended resources the limit is the request; both given must agree."""
+                         problems: list[Finding]) -> tuple[dict[str, int], bool]:
+    """Accelerators one container asks for, and whether it names one with a malformed amount.
+
+    For extended resources the limit is the request; both given must agree.
+    """
     requests, limits = podview.resources(container)
     amounts: dict[str, int] = {}
+    malformed = False
     for name in {*requests, *limits}:
         if not isinstance(name, str) or not rules.is_accelerator(name):
             continue
@@ -68,6 +75,7 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
             limit = parse_quantity(limits[name]) if name in limits else None
         except QuantityError as exc:
             problems.append(deny("invalid-quantity", f"{where}: resources for {name}: {exc}"))
+            malformed = True
             continue
         if request is not None and limit is not None and request != limit:
             problems.append(deny("gpu-request-limit-mismatch",
@@ -77,19 +85,33 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
         assert value is not None
         if value != value.to_integral_value() or value < 0:
             problems.append(deny("invalid-quantity", f"{where}: {name} must be a whole number of devices, not {value}"))
+            malformed = True
             continue
         if value:
             amounts[name] = int(value)
-    return amounts
+    return amounts, malformed
 
 
-def effective_gpus(pod: Mapping[str, Any], rules: Rules, problems: list[Finding]) -> dict[str, int]:
-    """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it)."""
+ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
+
+
+def effective_gpus(pod: Mapping[str, Any], rules: Rules,
+                   problems: list[Finding]) -> tuple[dict[str, int], frozenset[ContainerKey]]:
+    """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it).
+
+    Also returns which containers ask for an accelerator (``nvidia.com/gpu: 0`` does not; a malformed amount
+    does, so it is never silently treated as none), so later steps need not parse the resources again.
+    """
+    users: set[ContainerKey] = set()
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in podview.init_containers(pod):
-        where = f'init container "{container.get("name", "?")}"'
-        amounts = _accelerator_amounts(container, rules, where, problems)
+    for index, container in enumerate(podview.as_list(podview.spec(pod).get("initContainers"))):
+        if not isinstance(container, dict):
+            continue
+        amounts, malformed = _accelerator_amounts(container, rules, f'init container "{container.get("name", "?")}"',
+                                                  problems)
+        if amounts or malformed:
+            users.add(("initContainers", index))
         if podview.is_sidecar(container):
             for name, count in amounts.items():
                 sidecars[name] = sidecars.get(name, 0) + count
@@ -97,12 +119,20 @@ def effective_gpus(pod: Mapping[str, Any], rules: Rules, problems: list[Finding]
             for name in {*amounts, *sidecars}:
                 init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
     app: dict[str, int] = dict(sidecars)
-    for container in podview.containers(pod):
-        where = f'container "{container.get("name", "?")}"'
-        for name, count in _accelerator_amounts(container, rules, where, problems).items():
+    for index, container in enumerate(podview.as_list(podview.spec(pod).get("containers"))):
+        if not isinstance(container, dict):
+            continue
+        amounts, malformed = _accelerator_amounts(container, rules, f'container "{container.get("name", "?")}"',
+                                                  problems)
+        if amounts or malformed:
+            users.add(("containers", index))
+        for name, count in amounts.items():
             app[name] = app.get(name, 0) + count
     result = {name: max(app.get(name, 0), init_peak.get(name, 0)) for name in {*app, *init_peak}}
-    return {name: count for name, count in result.items() if count > 0}
+    return {name: count for name, count in result.items() if count > 0}, frozenset(users)
+
+
+_NO_HINTS = Hints()
 
 
 def model_from_pod(pod: Mapping[str, Any], rules: Rules, hints: Hints) -> tuple[str | None, str | None]:
@@ -187,10 +217,11 @@ def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
     """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised."""
     hints = read_hints(pod, rules)
     problems: list[Finding] = list(hints.problems)
-    gpus = effective_gpus(pod, rules, problems)
+    gpus, users = effective_gpus(pod, rules, problems)
     classification = classify(pod, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
-    model_name, model_source = model_from_pod(pod, rules, hints)
+    pinned, pinned_where = model_from_pod(pod, rules, _NO_HINTS)
+    model_name, model_source = (hints.gpu_model, f"annotation {names.GPU_MODEL}") if hints.gpu_model else (pinned, pinned_where)
     model = rules.find_model(model_name) if model_name else None
     mig_memory = _mig_memory(gpus, rules)
     per_gpu, total, memory_source = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)
@@ -202,7 +233,7 @@ def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
         model=model, model_name=model_name, model_source=model_source,
         memory_per_gpu=per_gpu, memory_total=total, memory_source=memory_source,
         preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
-        problems=tuple(problems),
+        problems=tuple(problems), accelerator_containers=users, pinned_model=pinned, pinned_where=pinned_where,
     )
 
 

@@ -6,6 +6,7 @@ Quantities arrive as strings ("512Gi", "500m", "1e3") or, from hand-written YAML
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -35,6 +36,12 @@ def parse_quantity(value: Any) -> Decimal:
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """Cached: a cluster's pods repeat a handful of quantity strings ("1", "8Gi", "500m") endlessly."""
     match = _QUANTITY.match(value.strip())
     if not match:
         raise QuantityError(f"{value!r} is not a quantity (examples: 8, 80Gi, 500m)")

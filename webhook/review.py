@@ -9,9 +9,10 @@ place that writes response dicts.
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TypedDict
+
+import orjson
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_WARNING_CHARS = 256  # the API server may truncate longer warnings
@@ -122,7 +123,7 @@ def build_response(*, api_version: str, uid: str, allowed: bool, message: str | 
         response["status"] = status
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(orjson.dumps(list(patch))).decode()
     if warnings:
         response["warnings"] = [_short(w) for w in warnings]
     if audit_annotations:

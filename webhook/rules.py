@@ -205,6 +205,9 @@ class Signal:
     env: tuple[EnvMatch, ...]
     requires_accelerator: bool
     index: int
+    # Cheap pre-checks, derived at load: the exact label keys and owner kinds the signal cannot match without.
+    label_keys: frozenset[str] = frozenset()
+    owner_kinds: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -434,7 +437,11 @@ def _regex(value: str | None) -> re.Pattern[str] | None:
 
 
 def _compile_signal(index: int, spec: Mapping[str, Any]) -> Signal:
+    label_keys = frozenset(m["key"] for m in spec.get("labels", []) if "key" in m)
+    owner_kinds = frozenset(o["kind"] for o in spec.get("owners", []))
     return Signal(
+        label_keys=label_keys,
+        owner_kinds=owner_kinds,
         workload=spec["class"],
         owners=tuple(OwnerMatch(kind=o["kind"], api_group=o.get("apiGroup")) for o in spec.get("owners", [])),
         labels=tuple(

@@ -1,0 +1,245 @@
+"""`make bench`: ai-admission under load from wrk over TLS with keep-alive, against a minimal Flask app.
+
+Both servers run the shipped gunicorn config on this machine; wrk replays a realistic mix of AdmissionReviews
+(the test fixtures: GPU and non-GPU pods, allowed and denied, /validate and /mutate, and controller
+templates). Each configuration runs several times; throughput is reported as min/median/max because one run
+can mislead (connection placement across workers varies from run to run). Prints a Markdown report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from certs import ensure_dev_certs
+from tests.conftest import ROOT, free_port
+from tests.fixtures import POD_CASES
+from tests.reviews import admission_review
+
+GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
+
+
+@dataclass
+class Run:
+    requests_per_second: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    errors: int
+    requests: int
+
+
+def corpus() -> list[tuple[str, dict[str, Any]]]:
+    """(path, review) pairs: every fixture pod to /validate and /mutate, every manifest object to /validate."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    for case in POD_CASES:
+        items.append(("/validate", admission_review(copy.deepcopy(case.pod), namespace=case.namespace)))
+        items.append(("/mutate", admission_review(copy.deepcopy(case.pod), namespace=case.namespace)))
+    plurals = {"Deployment": "deployments", "CronJob": "cronjobs", "Job": "jobs", "PyTorchJob": "pytorchjobs",
+               "JobSet": "jobsets", "InferenceService": "inferenceservices", "RayJob": "rayjobs"}
+    for path in sorted((ROOT / "tests" / "manifests").glob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if obj and obj["kind"] in plurals:
+                group, _, version = obj["apiVersion"].rpartition("/")
+                items.append(("/validate", admission_review(obj, group=group, version=version, kind=obj["kind"],
+                                                            resource=plurals[obj["kind"]])))
+    return items
+
+
+def wide_pod_corpus(containers: int) -> list[tuple[str, dict[str, Any]]]:
+    """One GPU pod with ``containers`` containers, to /validate and /mutate."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"generateName": "wide-", "namespace": "ml-team",
+                        "annotations": {"ai-admission.io/gpu-memory": "10Gi", "ai-admission.io/workload-type": "training"}},
+           "spec": {"nodeSelector": {"gpu-type": "a100-80g"}, "containers": [
+               {"name": f"c{i}", "image": "registry.example.com/img:1",
+                "env": [{"name": "WORLD_SIZE", "value": "2"}, {"name": f"VAR_{i}", "value": "x"}],
+                "resources": {"limits": {"nvidia.com/gpu": "1" if i < 8 else "0", "memory": "4Gi", "cpu": "1"},
+                              "requests": {"memory": "4Gi", "cpu": "1"}}} for i in range(containers)]}}
+    return [("/validate", admission_review(pod)), ("/mutate", admission_review(pod))]
+
+
+def lua_script(items: list[tuple[str, dict[str, Any]]], path: Path) -> Path:
+    lines = ["local reqs = {}"]
+    for index, (url, review) in enumerate(items, start=1):
+        body = json.dumps(review, separators=(",", ":"))
+        lines.append(f'reqs[{index}] = wrk.format("POST", "{url}", {{["Content-Type"]="application/json"}}, '
+                     f"[==[{body}]==])")
+    lines += [
+        "local i = 0",
+        "request = function() i = i % #reqs + 1; return reqs[i] end",
+        "done = function(summary, latency, requests)",
+        "  local e = summary.errors",
+        '  io.write(string.format(\'RESULT {"requests":%d,"duration_us":%d,"errors":%d,'
+        '"p50":%d,"p90":%d,"p99":%d,"max":%d}\\n\', summary.requests, summary.duration,'
+        " e.connect + e.read + e.write + e.status + e.timeout,"
+        " latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max))",
+        "end",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class Server:
+    def __init__(self, tls: Path, *, app: str | None = None, rules: Path | None = None) -> None:
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        env = {**os.environ, "PORT": str(self.port), "AI_ADMISSION_TLS_DIR": str(tls),
+               "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false"}
+        if rules:
+            env["AI_ADMISSION_RULES"] = str(rules)
+        command = [GUNICORN, "-c", "python:webhook.gunicorn_conf", *([app] if app else [])]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests.get(self.url + "/healthz", verify=str(tls / "ca.crt"), timeout=1)
+                return
+            except requests.ConnectionError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("server did not start") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=20)
+
+
+def wrk(url: str, script: Path, *, connections: int, seconds: int, threads: int) -> Run:
+    done = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
+                           url], capture_output=True, text=True, timeout=seconds + 60)
+    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    data = json.loads(line.removeprefix("RESULT "))
+    return Run(requests_per_second=data["requests"] / (data["duration_us"] / 1e6), p50_ms=data["p50"] / 1000,
+               p90_ms=data["p90"] / 1000, p99_ms=data["p99"] / 1000, max_ms=data["max"] / 1000,
+               errors=data["errors"], requests=data["requests"])
+
+
+def series(url: str, script: Path, *, connections: int, seconds: int, runs: int, threads: int) -> list[Run]:
+    wrk(url, script, connections=connections, seconds=1, threads=threads)  # warm-up: imports, TLS, caches
+    return [wrk(url, script, connections=connections, seconds=seconds, threads=threads) for _ in range(runs)]
+
+
+def median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.requests_per_second)[len(runs) // 2]
+
+
+def spread(runs: list[Run]) -> str:
+    rates = [r.requests_per_second for r in runs]
+    return f"{min(rates):,.0f} / {statistics.median(rates):,.0f} / {max(rates):,.0f}"
+
+
+def row(name: str, runs: list[Run]) -> str:
+    m = median_run(runs)
+    return (f"| {name} | {spread(runs)} | {m.p50_ms:.2f} | {m.p90_ms:.2f} | {m.p99_ms:.2f} | {m.max_ms:.1f} | "
+            f"{sum(r.errors for r in runs)} |")
+
+
+def many_signals_rules(path: Path, extra: int) -> Path:
+    document = yaml.safe_load((ROOT / "rules" / "default.yaml").read_text())
+    filler = [{"class": "batch", "labels": [{"key": f"example.com/team-{i}", "values": [f"v{i}"]}],
+               "env": [{"name": f"TEAM_{i}"}]} for i in range(extra)]
+    document["signals"] = filler + document["signals"]
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                   if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=int(os.environ.get("BENCH_SECONDS", "10")))
+    parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", "3")))
+    parser.add_argument("--wrk-threads", type=int, default=1)
+    parser.add_argument("--write", help="also write the report to this file")
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (make bench installs it with apt-get)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="ai-admission-bench-"))
+    tls = ensure_dev_certs(work / "tls")
+    mix = lua_script(corpus(), work / "mix.lua")
+    one = lua_script([("/validate", admission_review(POD_CASES[0].pod))], work / "one.lua")
+    wide = lua_script(wide_pod_corpus(50), work / "wide.lua")
+    narrow = lua_script(wide_pod_corpus(1), work / "narrow.lua")
+    opts = {"seconds": args.seconds, "runs": args.runs, "threads": args.wrk_threads}
+    results: dict[str, list[Run]] = {}
+    for name, app in (("minimal Flask app", "tests.bench.minimal_app:app"), ("ai-admission", None)):
+        server = Server(tls, app=app)
+        try:
+            results[f"{name}, 64 connections"] = series(server.url, mix, connections=64, **opts)
+            results[f"{name}, 1 connection"] = series(server.url, mix, connections=1, **opts)
+        finally:
+            server.stop()
+    server = Server(tls)
+    try:
+        results["1-container pod, 1 connection"] = series(server.url, narrow, connections=1, **opts)
+        results["50-container pod, 1 connection"] = series(server.url, wide, connections=1, **opts)
+        results["default rules (18 signals), 1 connection"] = series(server.url, one, connections=1, **opts)
+    finally:
+        server.stop()
+    server = Server(tls, rules=many_signals_rules(work / "many.yaml", 100))
+    try:
+        results["rules with 118 signals, 1 connection"] = series(server.url, one, connections=1, **opts)
+    finally:
+        server.stop()
+
+    def ratio(a: str, b: str, field: str) -> float:
+        if field == "rps":
+            return median_run(results[a]).requests_per_second / median_run(results[b]).requests_per_second
+        return median_run(results[a]).p50_ms / median_run(results[b]).p50_ms
+
+    throughput = ratio("ai-admission, 64 connections", "minimal Flask app, 64 connections", "rps")
+    latency = ratio("ai-admission, 1 connection", "minimal Flask app, 1 connection", "p50")
+    wide_ratio = ratio("50-container pod, 1 connection", "1-container pod, 1 connection", "p50")
+    rules_ratio = ratio("rules with 118 signals, 1 connection", "default rules (18 signals), 1 connection", "p50")
+    errors = sum(r.errors for runs in results.values() for r in runs)
+    report = "\n".join([
+        f"Machine: {machine()}. wrk {args.wrk_threads} thread(s) on the same machine, TLS, keep-alive, "
+        f"{args.runs} runs x {args.seconds} s each (after a 1 s warm-up); latency percentiles from the median run.",
+        "",
+        "| configuration | requests/s min / median / max | p50 ms | p90 ms | p99 ms | max ms | errors |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *(row(name, runs) for name, runs in results.items()),
+        "",
+        f"- throughput at 64 connections vs the minimal app: **{throughput:.0%}** (target >= 70%)",
+        f"- median latency at 1 connection vs the minimal app: **{latency:.2f}x** (target <= 1.5x)",
+        f"- 50-container pod vs 1-container pod, median latency: **{wide_ratio:.2f}x** (target <= 3x)",
+        f"- 118 signals vs 18 signals, median latency: **{rules_ratio:.2f}x** (target <= 3x)",
+        f"- errors over all runs: **{errors}** (target 0)",
+    ])
+    print(report)
+    if args.write:
+        Path(args.write).write_text(report + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    ok = throughput >= 0.7 and latency <= 1.5 and wide_ratio <= 3 and rules_ratio <= 3 and errors == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The patch editor: recorded operations reproduce the edits, parents are created, keys escaped, input untouched."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+
+from webhook.patch import Editor, pointer
+
+
+def replay(original: dict, editor: Editor) -> dict:
+    return jsonpatch.apply_patch(copy.deepcopy(original), editor.ops)
+
+
+def test_missing_and_null_parents_are_created_in_one_operation() -> None:
+    original = {"metadata": {"name": "p", "labels": None}, "spec": {"containers": [{"name": "c"}]}}
+    editor = Editor(original)
+    editor.set(("metadata", "annotations", "example.com/key~x"), "v")
+    editor.set(("metadata", "labels", "a/b"), "1")
+    editor.append(("spec", "containers", 0, "env"), {"name": "A", "value": "1"})
+    editor.append(("spec", "containers", 0, "env"), {"name": "B", "value": "2"})
+    editor.set(("spec", "affinity", "podAffinity", "preferred"), [])
+    assert [op["path"] for op in editor.ops] == [
+        "/metadata/annotations", "/metadata/labels", "/spec/containers/0/env", "/spec/containers/0/env/-",
+        "/spec/affinity"]
+    assert editor.ops[0]["value"] == {"example.com/key~x": "v"}
+    assert replay(original, editor) == editor.doc
+    assert editor.doc["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+
+
+def test_recorded_values_are_snapshots() -> None:
+    original: dict = {"spec": {}}
+    editor = Editor(original)
+    editor.append(("spec", "tolerations"), {"key": "a"})
+    editor.append(("spec", "tolerations"), {"key": "b"})
+    assert editor.ops[0]["value"] == [{"key": "a"}]
+    assert replay(original, editor)["spec"]["tolerations"] == [{"key": "a"}, {"key": "b"}]
+
+
+def test_original_is_never_modified_and_untouched_parts_are_shared() -> None:
+    original = {"metadata": {"labels": {"a": "1"}}, "spec": {"containers": [{"name": "c", "env": []}, {"name": "d"}]}}
+    frozen = copy.deepcopy(original)
+    editor = Editor(original)
+    editor.append(("spec", "containers", 0, "env"), {"name": "X", "value": "1"})
+    editor.setdefault(("metadata", "labels", "a"), "2")
+    editor.remove(("metadata", "labels", "missing"))
+    assert original == frozen
+    assert editor.doc["spec"]["containers"][1] is original["spec"]["containers"][1]
+    assert editor.doc["metadata"] is original["metadata"]
+    assert len(editor.ops) == 1
+
+
+def test_pointer_escaping() -> None:
+    assert pointer(("metadata", "labels", "ai-admission.io/workload-type")) == "/metadata/labels/ai-admission.io~1workload-type"
+    assert pointer(("a~b", 3)) == "/a~0b/3"

@@ -1,0 +1,95 @@
+"""Record JSON Patch operations while editing a document, instead of diffing before and after.
+
+Diffing (``jsonpatch.make_patch``) costs far more than the edits themselves and grows faster than the pod: on a
+50-container pod it was ~85% of the webhook's time. The mutation steps know exactly what they add, so each
+edit here is applied to a working copy and recorded as one RFC 6902 operation:
+
+- missing or null parents are created in the same ``add`` (adding to absent ``metadata.annotations``,
+  ``spec.volumes``, ``env`` works);
+- keys are escapes per RFC 6901 (``/`` -> ``~1``, ``~`` -> ``~0``), as label and annotation keys need;
+- the working copy shares every untouched subtree with the original and copies only the path to what it
+  changes (path copying), so the original is never modified and a wide pod is not deep-copied.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+Path = Sequence[str | int]
+
+
+def pointer(path: Path) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+class Editor:
+    def __init__(self, original: dict[str, Any]) -> None:
+        self.doc: dict[str, Any] = dict(original)
+        self._owned: set[int] = {id(self.doc)}
+        self.ops: list[dict[str, Any]] = []
+
+    def get(self, path: Path) -> Any:
+        """The current value at ``path``, or None when it (or a parent) is absent."""
+        node: Any = self.doc
+        for key in path:
+            if isinstance(node, dict):
+                node = node.get(key)
+            elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+                node = node[key]
+            else:
+                return None
+        return node
+
+    def _writable(self, path: Path) -> Any:
+        """The container at ``path``, copied (shallowly, with its ancestors) unless this editor made it."""
+        node: Any = self.doc
+        for key in path:
+            child = node[key]
+            if id(child) not in self._owned:
+                child = dict(child) if isinstance(child, dict) else list(child)
+                node[key] = child
+                self._owned.add(id(child))
+            node = child
+        return node
+
+    def set(self, path: Path, value: Any) -> None:
+        """Add or replace the value at ``path``, creating missing or null parents in the same operation."""
+        node: Any = self.doc
+        for depth, key in enumerate(path[:-1]):
+            child = node.get(key) if isinstance(node, dict) else node[key]
+            if not isinstance(child, (dict, list)):
+                nested: Any = value
+                for inner in reversed(path[depth + 1:]):
+                    nested = {inner: nested}
+                self._record("add", path[: depth + 1], nested)
+                self._writable(path[:depth])[key] = nested
+                return
+            node = child
+        self._record("add", path, value)
+        self._writable(path[:-1])[path[-1]] = value
+
+    def setdefault(self, path: Path, value: Any) -> bool:
+        """Set ``path`` only when it is absent or null; True when it was set."""
+        if self.get(path) is not None:
+            return False
+        self.set(path, value)
+        return True
+
+    def append(self, path: Path, value: Any) -> None:
+        """Append to the list at ``path`` (created when absent or null)."""
+        if not isinstance(self.get(path), list):
+            self.set(path, [value])
+            return
+        self._record("add", [*path, "-"], value)
+        self._writable(path).append(value)
+
+    def remove(self, path: Path) -> None:
+        parent = self.get(path[:-1])
+        if isinstance(parent, dict) and path[-1] in parent:
+            self.ops.append({"op": "remove", "path": pointer(path)})
+            del self._writable(path[:-1])[path[-1]]
+
+    def _record(self, op: str, path: Path, value: Any) -> None:
+        # No copy needed: a value inserted here is never marked as owned, so a later edit inside it goes through
+        # `_writable`, which copies it first; the recorded operation keeps the value as it was.
+        self.ops.append({"op": op, "path": pointer(path), "value": value})
