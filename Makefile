@@ -30,5 +30,10 @@ wheels:
 install-wheels:
 	$(PYTHON) -m pip install --quiet --no-index --find-links $(WHEELS) ai-admission
 
+# Load test against the running server and a minimal Flask app (same gunicorn config); see BENCHMARKS.md.
+bench: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
+	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) certs/dev .pytest_cache dist

@@ -7,19 +7,24 @@ loads the rules named by ``AI_ADMISSION_RULES`` (or the default file) once, befo
 from __future__ import annotations
 
 import logging
+import os
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import orjson
+from cryptography import x509
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from . import podview
+from . import metrics, podview
 from .admission import MUTATE, VALIDATE, Verdict, decide, respond
 from .logs import AdmissionLog
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
-from .rules import MODES, Rules, load_rules
+from .reload import INTERVAL_ENV, RulesWatch
+from .rules import MODES, Rules, default_rules_path, load_rules
 
 MAX_BODY_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a review carries object and oldObject
 log = logging.getLogger("ai_admission")
@@ -47,6 +52,19 @@ def _read_review() -> AdmissionRequest:
     return parse_review(body)
 
 
+def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:
+    if verdict is None:
+        outcome, workload = "allowed", "-"
+    else:
+        outcome = "denied" if not verdict.allowed else ("warned" if verdict.warnings else "allowed")
+        workload = verdict.profile.workload if verdict.profile else "-"
+        for finding in verdict.findings:
+            if finding.severity == "deny":
+                metrics.DENIALS.labels(finding.code, verdict.mode).inc()
+    metrics.REQUESTS.labels(endpoint, review.operation, review.kind or "-", outcome, workload).inc()
+    metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+
+
 def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint: str, verdict: Verdict | None,
                    started: float, patch_ops: int) -> None:
     if not admissions.enabled:
@@ -67,15 +85,39 @@ def _priority_class_names(rules: Rules) -> list[str]:
     return [p.priority_class.name for p in rules.classes.values() if p.priority_class]
 
 
-def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True) -> Flask:
+def _tls_status() -> dict[str, Any] | None:
+    """The serving certificate in ``AI_ADMISSION_TLS_DIR``: loadable and unexpired (None when not configured)."""
+    folder = os.environ.get("AI_ADMISSION_TLS_DIR")
+    if not folder:
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(Path(folder, "tls.crt").read_bytes())
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    expires = cert.not_valid_after_utc
+    return {"ok": expires > datetime.now(timezone.utc), "notAfter": expires.isoformat()}
+
+
+def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True,
+               reload: bool = True) -> Flask:
     """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given).
 
     ``watch``: the PriorityClass watch to consult; True starts one when the environment asks for it
     (see `webhook.cluster`), None or False runs without (every class is assumed to exist).
+    ``reload``: when the rules come from a file, watch it and take changes without a restart.
     """
     app = Flask("ai_admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    state: dict[str, Any] = {"rules": rules if rules is not None else load_rules()}
+    state: dict[str, Any] = {"rules": rules}
+    rules_watch: RulesWatch | None = None
+    if rules is None:
+        path = default_rules_path()
+        state["rules"] = load_rules(path)
+        if reload:
+            rules_watch = RulesWatch(path, lambda new: state.__setitem__("rules", new),
+                                     interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
+    metrics.RULES_GENERATION.inc()
+    metrics.RULES_LOADED_AT.set(time.time())
     if watch is True:
         watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
     cluster_watch = watch or None
@@ -89,15 +131,18 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
         try:
             review = _read_review()
         except ReviewError as exc:
+            metrics.BAD_REQUESTS.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
             verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts())
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)
+            metrics.ERRORS.inc()
             verdict = None
             payload = build_response(api_version=review.api_version, uid=review.uid, allowed=True,
                                      warnings=["ai-admission had an internal error and admitted this pod unchecked"])
+        _count(review, endpoint, verdict, started)
         _log_admission(admissions, review, endpoint, verdict, started, len(verdict.patch) if verdict else 0)
         return _json(payload)
 
@@ -121,11 +166,24 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
 
     @app.get("/readyz")
     def readyz() -> Response:
-        current: Rules = state["rules"]
-        detail: dict[str, Any] = {"status": "ready", "rules": current.source}
+        """Ready when rules are loaded and the serving certificate is loadable and unexpired."""
+        current: Rules | None = state.get("rules")
+        tls = _tls_status()
+        ready = current is not None and (tls is None or tls["ok"])
+        detail: dict[str, Any] = {"status": "ready" if ready else "not ready",
+                                  "rules": current.source if current else None}
+        if rules_watch and rules_watch.last_error:
+            detail["rulesReloadError"] = rules_watch.last_error
+        if tls is not None:
+            detail["certificate"] = tls
         if cluster_watch:
             detail["cluster"] = facts().as_dict()
-        return _json(detail)
+        return _json(detail, 200 if ready else 503)
+
+    @app.get("/metrics")
+    def metrics_endpoint() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, content_type=content_type)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 from webhook.rules import RulesError, load_rules
 from webhook.tls import ReloadingContext, server_context
+
+# Before anything imports prometheus_client: its multiprocess mode is chosen at import (see webhook.metrics).
+_metrics_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="ai-admission-metrics-"))
 
 _port = os.environ.get("PORT", "8443")
 _tls_dir = os.environ.get("AI_ADMISSION_TLS_DIR", "certs/dev")
@@ -71,8 +76,19 @@ def post_fork(server, worker) -> None:  # noqa: ANN001
     logger.propagate = False
 
 
+def child_exit(server, worker) -> None:  # noqa: ANN001
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
 def on_starting(server) -> None:  # noqa: ANN001
-    """Check the rules before any worker forks: a bad file stops start-up with one line, not a crash loop."""
+    """Check the rules before any worker forks: a bad file stops start-up with one line, not a crash loop.
+
+    Also empties the metrics directory: values of a previous run must not be counted again.
+    """
+    shutil.rmtree(_metrics_dir, ignore_errors=True)
+    os.makedirs(_metrics_dir, exist_ok=True)
     try:
         rules = load_rules()
     except RulesError as exc:

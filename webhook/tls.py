@@ -18,7 +18,28 @@ import time
 from typing import Callable
 
 CHECK_SECONDS = 2.0
+IO_TIMEOUT_ENV = "AI_ADMISSION_IO_TIMEOUT"
 log = logging.getLogger("ai_admission")
+
+
+class BoundedSSLSocket(ssl.SSLSocket):
+    """A server TLS socket on which "blocking" means "blocking for at most ``io_timeout`` seconds".
+
+    gunicorn's gthread worker commits a thread to a connection as soon as any bytes arrive and then reads with
+    a blocking socket and no timeout (it also resets the socket to blocking each time a keep-alive connection
+    comes back from its poller). A client that sends half a request could hold the thread forever; eight of
+    them stopped every worker here. With this class every blocking handshake, read and write gives up after
+    ``io_timeout``, the connection is closed and the thread is free again. Non-blocking use (the poller's,
+    for idle keep-alive connections) is unchanged.
+    """
+
+    io_timeout: float = 10.0
+
+    def settimeout(self, value: float | None) -> None:
+        super().settimeout(self.io_timeout if value is None else value)
+
+    def setblocking(self, flag: bool) -> None:
+        self.settimeout(None if flag else 0.0)
 
 
 def _identity(*paths: str) -> tuple[tuple[int, int, int], ...]:
@@ -57,6 +78,7 @@ class ReloadingContext:
                     self._context = self._factory()
                     self._identity = identity
                     self.loads += 1
+                    _record_expiry(self.certfile)
                     if self.loads > 1:
                         log.info('{"msg":"tls certificate reloaded","certfile":"%s"}', self.certfile)
             except (OSError, ssl.SSLError, ValueError) as exc:
@@ -66,8 +88,23 @@ class ReloadingContext:
             return self._context
 
 
+def _record_expiry(certfile: str) -> None:
+    from cryptography import x509
+
+    from . import metrics  # imported in the worker, after the multiprocess directory is set
+
+    try:
+        cert = x509.load_pem_x509_certificate(open(certfile, "rb").read())
+        metrics.CERT_EXPIRY.set(cert.not_valid_after_utc.timestamp())
+    except (OSError, ValueError):
+        pass
+
+
 def server_context(factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    """Harden gunicorn's default context: TLS 1.2 or newer only."""
+    """Harden gunicorn's default context: TLS 1.2 or newer only, and bounded blocking I/O per connection."""
     context = factory()
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    bounded = type("BoundedSSLSocket", (BoundedSSLSocket,),
+                   {"io_timeout": float(os.environ.get(IO_TIMEOUT_ENV, "10"))})
+    context.sslsocket_class = bounded
     return context

@@ -1,0 +1,141 @@
+"""Hardening: slow clients, TLS versions, no plaintext, and fuzzed AdmissionReviews against the real server."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import ROOT, Server, free_port, start_server, stop_server
+from tests.fixtures import POD_CASES
+from tests.reviews import admission_review
+
+
+def test_slow_clients_cannot_hold_the_workers(tmp_path: Path) -> None:
+    server = start_server(tmp_path, extra_env={"AI_ADMISSION_IO_TIMEOUT": "1"})
+    host, port = server.url.removeprefix("https://").split(":")
+    context = ssl.create_default_context(cafile=server.ca)
+    slow = []
+    try:
+        before = server.worker_pids()
+        for _ in range(12):  # more than the 2 workers x 4 threads
+            raw = socket.create_connection((host, int(port)), timeout=15)
+            tls = context.wrap_socket(raw, server_hostname=host)
+            tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: appl")
+            slow.append(tls)
+        started = time.monotonic()
+        assert server.get("/healthz").status_code == 200
+        assert time.monotonic() - started < 5
+        assert slow[0].recv(1) == b""  # the stalled connection was closed by the server
+        assert server.worker_pids() == before
+    finally:
+        for tls in slow:
+            tls.close()
+        stop_server(server)
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
+def test_tls_below_1_2_is_refused(server: Server) -> None:
+    host, port = server.url.removeprefix("https://").split(":")
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(server.ca)
+    old.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    old.maximum_version = ssl.TLSVersion.TLSv1_1
+    try:
+        old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    except ssl.SSLError:
+        pass
+    with pytest.raises((ssl.SSLError, OSError)):
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            old.wrap_socket(raw, server_hostname=host)
+    modern = ssl.create_default_context(cafile=server.ca)
+    modern.minimum_version = modern.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection((host, int(port)), timeout=5) as raw, \
+            modern.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() == "TLSv1.2"
+
+
+def test_no_plaintext(server: Server) -> None:
+    with pytest.raises(requests.RequestException):
+        requests.get(server.url.replace("https://", "http://") + "/healthz", timeout=5)
+
+
+def test_refuses_to_start_without_certificates(tmp_path: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "PORT": str(free_port()), "AI_ADMISSION_TLS_DIR": str(tmp_path / "none"),
+           "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false"}
+    done = subprocess.run([str(Path(sys.executable).with_name("gunicorn")), "-c", "python:webhook.gunicorn_conf"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0
+    assert "cannot start: TLS file" in done.stderr
+
+
+# --- fuzzing ---------------------------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+FIELDS = ["uid", "operation", "kind", "resource", "subResource", "object", "oldObject", "namespace", "name", "dryRun"]
+POD_PATHS = [("metadata",), ("metadata", "labels"), ("metadata", "annotations"), ("metadata", "ownerReferences"),
+             ("spec",), ("spec", "containers"), ("spec", "initContainers"), ("spec", "nodeSelector"),
+             ("spec", "affinity"), ("spec", "tolerations"), ("spec", "volumes"), ("spec", "priorityClassName")]
+
+
+@st.composite
+def mutated_reviews(draw: st.DrawFn) -> dict[str, Any]:
+    """A realistic review with random damage: fields replaced by random JSON, pod parts replaced or removed."""
+    case = draw(st.sampled_from(POD_CASES))
+    review = admission_review(copy.deepcopy(case.pod), api_version=draw(st.sampled_from(
+        ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])))
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            review["request"][draw(st.sampled_from(FIELDS))] = draw(json_values)
+        elif isinstance(review["request"].get("object"), dict):
+            path = draw(st.sampled_from(POD_PATHS))
+            node = review["request"]["object"]
+            for key in path[:-1]:
+                node = node.setdefault(key, {}) if isinstance(node, dict) else {}
+            if isinstance(node, dict):
+                if draw(st.booleans()):
+                    node[path[-1]] = draw(json_values)
+                else:
+                    node.pop(path[-1], None)
+    if draw(st.integers(0, 9)) == 0:
+        review = draw(json_values)
+    return review
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(review=mutated_reviews(), path=st.sampled_from(["/validate", "/mutate", "/validate/warn", "/validate/audit"]))
+def test_fuzzed_reviews_get_a_well_formed_answer(server: Server, review: Any, path: str) -> None:
+    answer = server.post(path, data=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
+    assert answer.status_code < 500, answer.text
+    body = answer.json()
+    request = review.get("request") if isinstance(review, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    if answer.status_code == 200:
+        assert body["response"]["uid"] == uid
+        assert isinstance(body["response"]["allowed"], bool)
+    else:
+        assert answer.status_code == 400 and body["error"]
+
+
+def test_fuzzing_left_no_internal_error_and_no_dead_worker(server: Server) -> None:
+    text = server.get("/metrics").text
+    assert "ai_admission_internal_errors_total 0.0" in text or "ai_admission_internal_errors_total" not in text
+    log = server.log.read_text()
+    assert "internal error" not in log and "Worker exiting" not in log

@@ -1,0 +1,162 @@
+"""Operations: metrics over all workers, readiness, rules hot reload and a soak with reload and rotation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from certs import issue_to_files
+from tests.conftest import RULES_FILE, Server, start_server, stop_server
+from tests.reviews import admission_review
+from webhook.app import _tls_status
+
+BARE = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "bare-", "namespace": "ml-team"},
+        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if not match:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+class ConfigMapDir:
+    """A directory laid out as the kubelet mounts a ConfigMap: rules.yaml -> ..data/rules.yaml, ..data -> version."""
+
+    def __init__(self, root: Path, text: str) -> None:
+        self.root = root
+        self.version = 0
+        root.mkdir()
+        self.update(text)
+        (root / "rules.yaml").symlink_to("..data/rules.yaml")
+
+    def update(self, text: str) -> None:
+        self.version += 1
+        folder = self.root / f"..2026_11_30_{self.version}"
+        folder.mkdir()
+        (folder / "rules.yaml").write_text(text)
+        tmp = self.root / "..data_tmp"
+        tmp.symlink_to(folder.name)
+        os.replace(tmp, self.root / "..data")  # atomic swap, as the kubelet does
+
+
+def with_mode(mode: str) -> str:
+    document = yaml.safe_load(RULES_FILE.read_text())
+    document["modes"]["default"] = mode
+    return yaml.safe_dump(document)
+
+
+def test_metrics_count_every_worker(tmp_path: Path) -> None:
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    server = start_server(tmp_path, extra_env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
+    try:
+        sessions = [requests.Session() for _ in range(6)]  # several connections: both workers get some
+        for index in range(60):
+            review = admission_review(BARE)
+            answer = sessions[index % 6].post(server.url + "/validate", json=review, verify=server.ca, timeout=10)
+            assert answer.status_code == 200
+        sessions[0].post(server.url + "/validate", data=b"{", headers={"Content-Type": "application/json"},
+                         verify=server.ca, timeout=10)
+        text = server.get("/metrics").text
+        assert metric(text, "ai_admission_requests_total", endpoint="validate", verdict="denied",
+                      workload="batch") == 60
+        assert metric(text, "ai_admission_denials_total", reason="gpu-model-missing", mode="deny") == 60
+        assert metric(text, "ai_admission_bad_requests_total", status="400") == 1
+        assert metric(text, "ai_admission_request_duration_seconds_count", endpoint="validate") == 60
+        assert metric(text, "ai_admission_rules_generation") == 1
+        cert = (tmp_path / "tls" / "tls.crt").read_bytes()
+        from cryptography import x509
+        expiry = x509.load_pem_x509_certificate(cert).not_valid_after_utc.timestamp()
+        assert metric(text, "ai_admission_certificate_expiry_timestamp_seconds") == pytest.approx(expiry, abs=1)
+        writers = {f.stem.rpartition("_")[2] for f in metrics_dir.glob("counter_*.db")}
+        assert writers == {str(pid) for pid in server.worker_pids()}, "both workers counted requests"
+        scrapes = [requests.get(server.url + "/metrics", verify=server.ca, timeout=10).text for _ in range(6)]
+        assert {metric(t, "ai_admission_denials_total", reason="gpu-model-missing") for t in scrapes} == {60}
+    finally:
+        stop_server(server)
+
+
+def test_readiness_needs_an_unexpired_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AI_ADMISSION_TLS_DIR", str(tmp_path))
+    assert _tls_status() == {"ok": False, "error": _tls_status()["error"]}
+    issue_to_files(tmp_path, names=["localhost"], days=30)
+    status = _tls_status()
+    assert status is not None and status["ok"] is True
+
+
+def test_hot_reload_and_soak_with_rotation(tmp_path: Path) -> None:
+    """Thousands of requests while the rules change twice (once to a broken file) and the certificate rotates."""
+    config = ConfigMapDir(tmp_path / "rules", with_mode("deny"))
+    server = start_server(tmp_path, rules=config.root, extra_env={"AI_ADMISSION_RULES_CHECK_SECONDS": "0.3"})
+    failures: list[str] = []
+    verdicts: list[tuple[float, bool]] = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        session = requests.Session()
+        while not stop.is_set():
+            review = admission_review(BARE)
+            try:
+                answer = session.post(server.url + "/validate", json=review, verify=server.ca, timeout=10)
+                body = answer.json()
+                if answer.status_code != 200 or body["response"]["uid"] != review["request"]["uid"]:
+                    failures.append(answer.text)
+                verdicts.append((time.monotonic(), body["response"]["allowed"]))
+            except (requests.RequestException, ValueError, KeyError) as exc:
+                failures.append(repr(exc))
+
+    def all_allowed_since(moment: float) -> bool:
+        recent = [allowed for at, allowed in verdicts if at > moment]
+        return len(recent) > 20 and all(recent[-20:])
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1)
+        assert verdicts and not any(allowed for _, allowed in verdicts[-10:]), "deny mode denies the bare pod"
+
+        changed = time.monotonic()
+        config.update(with_mode("warn"))
+        deadline = time.monotonic() + 15
+        while not all_allowed_since(changed):
+            assert time.monotonic() < deadline, "warn mode not picked up"
+            time.sleep(0.2)
+
+        config.update("version: 1\nclasses: not-a-map\n")
+        issue_to_files(tmp_path / "tls", names=["localhost", "127.0.0.1"], renew_before=dt.timedelta(days=400))
+        time.sleep(3)
+        assert all_allowed_since(time.monotonic() - 1.5), "the last good rules (warn) stay in force"
+        stop.set()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        assert len(verdicts) > 1000
+        text = server.get("/metrics").text
+        assert metric(text, "ai_admission_rules_reload_errors_total") >= 2  # each worker rejected it
+        assert metric(text, "ai_admission_rules_generation") == 2
+        ready = server.get("/readyz").json()
+        assert ready["rulesReloadError"].endswith("rules.yaml: (top level): 'defaultClass' is a required property")
+        log = server.log.read_text()
+        assert '"msg": "rules reloaded"' in log and '"msg": "rules rejected, keeping the previous rules"' in log
+        assert "Worker exiting" not in log and "Traceback" not in log
+    finally:
+        stop.set()
+        stop_server(server)

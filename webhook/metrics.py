@@ -1,0 +1,40 @@
+"""Prometheus metrics, counted across every gunicorn worker (prometheus-client's multiprocess mode).
+
+gunicorn's master points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before it forks (see
+gunicorn_conf.on_starting); each worker's values live in memory-mapped files there, and ``/metrics`` in any
+worker aggregates them all. Without that variable (tests, the CLI) the process's own registry is used.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CONTENT_TYPE_LATEST
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REQUESTS = Counter("ai_admission_requests", "Admission requests answered",
+                   ["endpoint", "operation", "kind", "verdict", "workload"])
+DENIALS = Counter("ai_admission_denials", "Deny findings by reason code (whatever the mode made of them)",
+                  ["reason", "mode"])
+BAD_REQUESTS = Counter("ai_admission_bad_requests", "Requests answered with a 4xx", ["status"])
+ERRORS = Counter("ai_admission_internal_errors", "Requests admitted unchecked after an internal error")
+LATENCY = Histogram("ai_admission_request_duration_seconds", "Time from request body to response, per endpoint",
+                    ["endpoint"], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0))
+RULES_GENERATION = Gauge("ai_admission_rules_generation", "Rules loads since start (1 = initial load)",
+                         multiprocess_mode="max")
+RULES_RELOAD_ERRORS = Counter("ai_admission_rules_reload_errors", "Rejected rules files (the last good rules stay)")
+RULES_LOADED_AT = Gauge("ai_admission_rules_loaded_timestamp_seconds", "When the rules in force were loaded",
+                        multiprocess_mode="max")
+CERT_EXPIRY = Gauge("ai_admission_certificate_expiry_timestamp_seconds",
+                    "notAfter of the serving certificate in use", multiprocess_mode="min")
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text and its content type, aggregated over workers when running multiprocess."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,75 @@
+"""Rules hot reload: a worker thread notices a changed rules file and swaps the rules in force.
+
+A ConfigMap mounted as a directory is updated by the kubelet swapping a symlink (``..data``), so the file's
+identity (inode, size, mtime, links followed) changes. Every ``interval`` seconds each worker compares it; a
+new file is parsed and checked completely before it replaces anything, so an invalid file is rejected with a
+log line and a metric while the last good rules stay in force. No request waits: the swap is one assignment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import metrics
+from .rules import Rules, RulesError, load_rules
+
+log = logging.getLogger("ai_admission")
+INTERVAL_ENV = "AI_ADMISSION_RULES_CHECK_SECONDS"
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    target = path / "rules.yaml" if path.is_dir() else path
+    try:
+        stat = os.stat(target)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+class RulesWatch:
+    def __init__(self, path: str | os.PathLike[str], on_change: Callable[[Rules], None], *,
+                 interval: float = 2.0) -> None:
+        self.path = Path(path)
+        self._on_change = on_change
+        self._interval = interval
+        self._identity = _identity(self.path)
+        self._stop = threading.Event()
+        self.last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="rules-watch", daemon=True)
+
+    def start(self) -> "RulesWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def check(self) -> bool:
+        """Reload when the file changed; True when new rules took effect."""
+        identity = _identity(self.path)
+        if identity is None or identity == self._identity:
+            return False
+        self._identity = identity
+        try:
+            rules = load_rules(self.path)
+        except RulesError as exc:
+            self.last_error = str(exc)
+            metrics.RULES_RELOAD_ERRORS.inc()
+            log.error(json.dumps({"msg": "rules rejected, keeping the previous rules", "error": str(exc)}))
+            return False
+        self.last_error = None
+        self._on_change(rules)
+        metrics.RULES_GENERATION.inc()
+        metrics.RULES_LOADED_AT.set(time.time())
+        log.warning(json.dumps({"msg": "rules reloaded", "source": rules.source}))
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.check()
