@@ -160,3 +160,11 @@ def test_hot_reload_and_soak_with_rotation(tmp_path: Path) -> None:
     finally:
         stop.set()
         stop_server(server)
+
+
+def test_request_fields_cannot_create_metric_series(server: Server) -> None:
+    review = admission_review({"metadata": {"name": "x"}}, kind="Kind-" + "x" * 40, operation="EXPLODE")
+    assert server.review("/validate", review)["allowed"] is True
+    text = server.get("/metrics").text
+    assert "Kind-xxxx" not in text and "EXPLODE" not in text
+    assert metric(text, "ai_admission_requests_total", operation="other", kind="other") >= 1

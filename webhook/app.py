@@ -25,6 +25,7 @@ from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_envir
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
 from .rules import MODES, Rules, default_rules_path, load_rules
+from .templates import EXTRACTORS
 
 MAX_BODY_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a review carries object and oldObject
 log = logging.getLogger("ai_admission")
@@ -52,17 +53,20 @@ def _read_review() -> AdmissionRequest:
     return parse_review(body)
 
 
+_KNOWN_KINDS = frozenset({"Pod", *(kind for _, kind in EXTRACTORS)})
+
+
 def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:
     if verdict is None:
-        outcome, workload = "allowed", "-"
+        outcome, workload, reasons, mode = "allowed", "-", [], None
     else:
         outcome = "denied" if not verdict.allowed else ("warned" if verdict.warnings else "allowed")
         workload = verdict.profile.workload if verdict.profile else "-"
-        for finding in verdict.findings:
-            if finding.severity == "deny":
-                metrics.DENIALS.labels(finding.code, verdict.mode).inc()
-    metrics.REQUESTS.labels(endpoint, review.operation, review.kind or "-", outcome, workload).inc()
-    metrics.LATENCY.labels(endpoint).observe(time.perf_counter() - started)
+        reasons = [f.code for f in verdict.findings if f.severity == "deny"]
+        mode = verdict.mode
+    metrics.count_request(endpoint=endpoint, operation=review.operation, kind=review.kind, verdict=outcome,
+                          workload=workload, denial_reasons=reasons, mode=mode,
+                          seconds=time.perf_counter() - started, kinds=_KNOWN_KINDS)
 
 
 def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint: str, verdict: Verdict | None,

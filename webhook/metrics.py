@@ -7,6 +7,7 @@ worker aggregates them all. Without that variable (tests, the CLI) the process's
 
 from __future__ import annotations
 
+import functools
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -38,3 +39,36 @@ def render() -> tuple[bytes, str]:
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+
+
+def _bounded(value: str, known: frozenset[str]) -> str:
+    """Label values that come from the request are clamped to known ones: a client must not be able to create
+    unbounded metric series by sending made-up kinds or operations."""
+    return value if value in known else "other"
+
+
+@functools.lru_cache(maxsize=2048)
+def _request_series(endpoint: str, operation: str, kind: str, verdict: str, workload: str) -> Counter:
+    return REQUESTS.labels(endpoint, operation, kind, verdict, workload)
+
+
+@functools.lru_cache(maxsize=512)
+def _denial_series(reason: str, mode: str) -> Counter:
+    return DENIALS.labels(reason, mode)
+
+
+@functools.lru_cache(maxsize=16)
+def _latency_series(endpoint: str) -> Histogram:
+    return LATENCY.labels(endpoint)
+
+
+def count_request(*, endpoint: str, operation: str, kind: str, verdict: str, workload: str,
+                  denial_reasons: list[str], mode: str | None, seconds: float, kinds: frozenset[str]) -> None:
+    """Everything counted for one answered review (child series are cached: ``labels()`` costs more than ``inc()``)."""
+    _request_series(endpoint, _bounded(operation, OPERATIONS), _bounded(kind, kinds), verdict, workload).inc()
+    for reason in denial_reasons:
+        _denial_series(reason, mode or "-").inc()
+    _latency_series(endpoint).observe(seconds)
