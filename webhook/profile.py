@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from . import names, podview
 from .classify import Classification, classify
@@ -95,6 +95,20 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
 ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
 
 
+def _asking(pod: Mapping[str, Any], kind: str, rules: Rules, problems: list[Finding],
+            users: set[ContainerKey]) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:
+    """(container, accelerator amounts) for each container of ``kind``; records in ``users`` those that ask."""
+    label = "init container" if kind == "initContainers" else "container"
+    for index, container in enumerate(podview.as_list(podview.spec(pod).get(kind))):
+        if not isinstance(container, dict):
+            continue
+        amounts, malformed = _accelerator_amounts(container, rules, f'{label} "{container.get("name", "?")}"',
+                                                  problems)
+        if amounts or malformed:
+            users.add((kind, index))
+        yield container, amounts
+
+
 def effective_gpus(pod: Mapping[str, Any], rules: Rules,
                    problems: list[Finding]) -> tuple[dict[str, int], frozenset[ContainerKey]]:
     """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it).
@@ -105,13 +119,7 @@ def effective_gpus(pod: Mapping[str, Any], rules: Rules,
     users: set[ContainerKey] = set()
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for index, container in enumerate(podview.as_list(podview.spec(pod).get("initContainers"))):
-        if not isinstance(container, dict):
-            continue
-        amounts, malformed = _accelerator_amounts(container, rules, f'init container "{container.get("name", "?")}"',
-                                                  problems)
-        if amounts or malformed:
-            users.add(("initContainers", index))
+    for container, amounts in _asking(pod, "initContainers", rules, problems, users):
         if podview.is_sidecar(container):
             for name, count in amounts.items():
                 sidecars[name] = sidecars.get(name, 0) + count
@@ -119,13 +127,7 @@ def effective_gpus(pod: Mapping[str, Any], rules: Rules,
             for name in {*amounts, *sidecars}:
                 init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
     app: dict[str, int] = dict(sidecars)
-    for index, container in enumerate(podview.as_list(podview.spec(pod).get("containers"))):
-        if not isinstance(container, dict):
-            continue
-        amounts, malformed = _accelerator_amounts(container, rules, f'container "{container.get("name", "?")}"',
-                                                  problems)
-        if amounts or malformed:
-            users.add(("containers", index))
+    for _, amounts in _asking(pod, "containers", rules, problems, users):
         for name, count in amounts.items():
             app[name] = app.get(name, 0) + count
     result = {name: max(app.get(name, 0), init_peak.get(name, 0)) for name in {*app, *init_peak}}
