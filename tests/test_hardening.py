@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -95,31 +96,52 @@ POD_PATHS = [("metadata",), ("metadata", "labels"), ("metadata", "annotations"),
              ("spec", "affinity"), ("spec", "tolerations"), ("spec", "volumes"), ("spec", "priorityClassName")]
 
 
+MANIFESTS = [d for path in sorted((ROOT / "tests" / "manifests").glob("*.yaml"))
+             for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] not in ("Pod", "Service")]
+PLURALS = {"Deployment": "deployments", "CronJob": "cronjobs", "Job": "jobs", "PyTorchJob": "pytorchjobs",
+           "JobSet": "jobsets", "InferenceService": "inferenceservices", "RayJob": "rayjobs"}
+TEMPLATE_PATHS = [("spec",), ("spec", "template"), ("spec", "template", "spec"), ("spec", "pytorchReplicaSpecs"),
+                  ("spec", "replicatedJobs"), ("spec", "predictor"), ("spec", "tasks"), ("spec", "rayClusterSpec"),
+                  ("spec", "jobTemplate"), ("metadata",), ("spec", "plugins")]
+
+
+def _damage(draw: st.DrawFn, obj: Any, paths: list[tuple[str, ...]]) -> None:
+    path = draw(st.sampled_from(paths))
+    node = obj
+    for key in path[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node, dict) else {}
+    if isinstance(node, dict):
+        if draw(st.booleans()):
+            node[path[-1]] = draw(json_values)
+        else:
+            node.pop(path[-1], None)
+
+
 @st.composite
 def mutated_reviews(draw: st.DrawFn) -> dict[str, Any]:
-    """A realistic review with random damage: fields replaced by random JSON, pod parts replaced or removed."""
-    case = draw(st.sampled_from(POD_CASES))
-    review = admission_review(copy.deepcopy(case.pod), api_version=draw(st.sampled_from(
-        ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"])))
+    """A realistic review with random damage: fields replaced by random JSON, object parts replaced or removed."""
+    version = draw(st.sampled_from(["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]))
+    if draw(st.integers(0, 3)) == 0:
+        obj = copy.deepcopy(draw(st.sampled_from(MANIFESTS)))
+        group, _, api = obj["apiVersion"].rpartition("/")
+        review = admission_review(obj, api_version=version, group=group, version=api, kind=obj["kind"],
+                                  resource=PLURALS[obj["kind"]], operation=draw(st.sampled_from(["CREATE", "UPDATE"])),
+                                  old=copy.deepcopy(obj) if draw(st.booleans()) else None)
+        paths = TEMPLATE_PATHS
+    else:
+        review = admission_review(copy.deepcopy(draw(st.sampled_from(POD_CASES)).pod), api_version=version)
+        paths = POD_PATHS
     for _ in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
             review["request"][draw(st.sampled_from(FIELDS))] = draw(json_values)
         elif isinstance(review["request"].get("object"), dict):
-            path = draw(st.sampled_from(POD_PATHS))
-            node = review["request"]["object"]
-            for key in path[:-1]:
-                node = node.setdefault(key, {}) if isinstance(node, dict) else {}
-            if isinstance(node, dict):
-                if draw(st.booleans()):
-                    node[path[-1]] = draw(json_values)
-                else:
-                    node.pop(path[-1], None)
+            _damage(draw, review["request"]["object"], paths)
     if draw(st.integers(0, 9)) == 0:
         review = draw(json_values)
     return review
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "250")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(review=mutated_reviews(), path=st.sampled_from(["/validate", "/mutate", "/validate/warn", "/validate/audit"]))
 def test_fuzzed_reviews_get_a_well_formed_answer(server: Server, review: Any, path: str) -> None:
     answer = server.post(path, data=json.dumps(review).encode(), headers={"Content-Type": "application/json"})

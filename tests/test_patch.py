@@ -54,3 +54,15 @@ def test_original_is_never_modified_and_untouched_parts_are_shared() -> None:
 def test_pointer_escaping() -> None:
     assert pointer(("metadata", "labels", "ai-admission.io/workload-type")) == "/metadata/labels/ai-admission.io~1workload-type"
     assert pointer(("a~b", 3)) == "/a~0b/3"
+
+
+def test_a_parent_of_the_wrong_type_is_replaced_not_indexed() -> None:
+    """Found by fuzzing: annotations given as a list made the editor index a list with a string."""
+    original = {"metadata": {"annotations": ["not", "a", "map"], "labels": "text"}, "spec": {"volumes": {"a": 1}}}
+    editor = Editor(original)
+    editor.set(("metadata", "annotations", "ai-admission.io/profile"), "{}")
+    editor.setdefault(("metadata", "labels", "a"), "1")
+    editor.append(("spec", "volumes"), {"name": "v"})
+    assert editor.doc == {"metadata": {"annotations": {"ai-admission.io/profile": "{}"}, "labels": {"a": "1"}},
+                          "spec": {"volumes": [{"name": "v"}]}}
+    assert replay(original, editor) == editor.doc

@@ -143,6 +143,24 @@ def test_unknown_paths_and_methods_answer_json(server: Server) -> None:
     assert server.post("/validate/strict", {}).status_code == 404
 
 
+def test_model_annotation_conflicting_with_node_selector_is_denied(server: Server) -> None:
+    pod = {"metadata": {"name": "c", "annotations": {"ai-admission.io/gpu-model": "h100", "ai-admission.io/gpu-memory": "10Gi"}},
+           "spec": {"nodeSelector": {"gpu-type": "a100-80g"},
+                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]}}
+    message = server.review("/validate", admission_review(pod))["status"]["message"]
+    assert 'annotation ai-admission.io/gpu-model says "h100" but nodeSelector gpu-type pins "a100-80g"' in message
+
+
+@pytest.mark.parametrize("field, value", [("annotations", ["a", "b"]), ("labels", "text"), ("annotations", 7)])
+def test_malformed_metadata_maps_are_mutated_without_an_internal_error(server: Server, field: str, value: object) -> None:
+    pod = {"metadata": {"name": "m", field: value, "annotations" if field == "labels" else "labels": {"app": "x"}},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    response = server.review("/mutate", admission_review(pod))
+    assert response["allowed"] is True
+    assert not any("internal error" in w for w in response.get("warnings", []))
+    assert "patch" in response
+
+
 def test_no_worker_died(server: Server) -> None:
     """Run last in this module: after all the bad input above, the same workers are still serving."""
     before = server.worker_pids()
@@ -151,11 +169,3 @@ def test_no_worker_died(server: Server) -> None:
     assert server.worker_pids() == before
     assert "Worker exiting" not in server.log.read_text()
     assert "Traceback" not in server.log.read_text()
-
-
-def test_model_annotation_conflicting_with_node_selector_is_denied(server: Server) -> None:
-    pod = {"metadata": {"name": "c", "annotations": {"ai-admission.io/gpu-model": "h100", "ai-admission.io/gpu-memory": "10Gi"}},
-           "spec": {"nodeSelector": {"gpu-type": "a100-80g"},
-                    "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]}}
-    message = server.review("/validate", admission_review(pod))["status"]["message"]
-    assert 'annotation ai-admission.io/gpu-model says "h100" but nodeSelector gpu-type pins "a100-80g"' in message

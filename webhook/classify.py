@@ -52,7 +52,7 @@ def classify(pod: Mapping[str, Any], *, rules: Rules, hints: Hints, has_accelera
                               "annotation")
     labels = podview.labels(pod)
     owners = podview.owners(pod)
-    owner_kinds = {o.get("kind") for o in owners}
+    owner_kinds = {o["kind"] for o in owners if isinstance(o.get("kind"), str)}
     env_cache: list[Mapping[str, str | None]] = []
 
     def env() -> Mapping[str, str | None]:  # merged container env, built only if a signal needs it

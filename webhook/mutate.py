@@ -233,8 +233,8 @@ def add_topology(ctx: _Context) -> None:
         key = next((k for k in ctx.settings.app_labels if labels.get(k)), None)
         if key is None:
             return
-        present = {c.get("topologyKey") for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
-                   if isinstance(c, dict)}
+        present = {c["topologyKey"] for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
+                   if isinstance(c, dict) and isinstance(c.get("topologyKey"), str)}
         for topology_key in spread.topology_keys:
             if topology_key not in present:
                 ctx.edit.append(("spec", "topologySpreadConstraints"), {

@@ -4,8 +4,8 @@ Diffing (``jsonpatch.make_patch``) costs far more than the edits themselves and 
 50-container pod it was ~85% of the webhook's time. The mutation steps know exactly what they add, so each
 edit here is applied to a working copy and recorded as one RFC 6902 operation:
 
-- missing or null parents are created in the same ``add`` (adding to absent ``metadata.annotations``,
-  ``spec.volumes``, ``env`` works);
+- missing, null or wrongly typed parents are created in the same ``add`` (adding to absent
+  ``metadata.annotations``, ``spec.volumes``, ``env`` works);
 - keys are escapes per RFC 6901 (``/`` -> ``~1``, ``~`` -> ``~0``), as label and annotation keys need;
 - the working copy shares every untouched subtree with the original and copies only the path to what it
   changes (path copying), so the original is never modified and a wide pod is not deep-copied.
@@ -57,7 +57,9 @@ class Editor:
         node: Any = self.doc
         for depth, key in enumerate(path[:-1]):
             child = node.get(key) if isinstance(node, dict) else node[key]
-            if not isinstance(child, (dict, list)):
+            # a parent must fit the next key: a map for a name, a list for an index (malformed input, such as
+            # annotations given as a list, is replaced in the same operation rather than indexed wrongly)
+            if not isinstance(child, dict if isinstance(path[depth + 1], str) else list):
                 nested: Any = value
                 for inner in reversed(path[depth + 1:]):
                     nested = {inner: nested}

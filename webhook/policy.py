@@ -95,7 +95,7 @@ def _gpu_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> lis
 def _priority_finding(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> Finding | None:
     name = podview.spec(pod).get("priorityClassName")
     policy = rules.classes.get(profile.workload)
-    if not name or policy is None or name in policy.allowed_priority_classes:
+    if not isinstance(name, str) or not name or policy is None or name in policy.allowed_priority_classes:
         return None
     default = f" (or leave it empty and {policy.priority_class.name} is used)" if policy.priority_class else ""
     return deny("priority-class-not-allowed",
