@@ -13,14 +13,13 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import requests
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certs import create_ca, create_serving, issue, issue_to_files, names_of, needs_renewal, serving_names
-from tests.conftest import ROOT, start_server, stop_server
+from tests.conftest import start_server, stop_server
 from tests.kubeapi import FakeKubeAPI
 from tests.reviews import admission_review
 

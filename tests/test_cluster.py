@@ -80,9 +80,9 @@ def test_api_errors_keep_the_last_answer() -> None:
         return answer
 
     watch = PriorityClassWatch(lambda: ["ai-training", "ai-batch"], lister=lister)
-    first = watch.refresh()
+    first = watch.poll()
     assert first.checked and first.missing_priority_classes == {"ai-batch"} and first.error is None
-    second = watch.refresh()
+    second = watch.poll()
     assert second.missing_priority_classes == {"ai-batch"}
     assert second.error == "RuntimeError: connection refused"
 

@@ -7,14 +7,12 @@ does, so a green `make test` means the image's install works.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 import requests
 
 from certs import ensure_dev_certs

@@ -8,7 +8,6 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests

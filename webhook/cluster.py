@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
+
+from .polling import Poller
 
 log = logging.getLogger("ai_admission")
 CHECK_ENV = "AI_ADMISSION_CHECK_PRIORITY_CLASSES"  # "true", "false" or "auto" (in a cluster: on)
@@ -47,26 +48,17 @@ def list_priority_classes() -> set[str]:
         return {item.metadata.name for item in client.SchedulingV1Api(api).list_priority_class().items}
 
 
-class PriorityClassWatch:
-    """Polls the cluster's PriorityClasses against the names the rules set."""
+class PriorityClassWatch(Poller):
+    """Polls the cluster's PriorityClasses against the names the rules set (first poll at start)."""
 
     def __init__(self, wanted: Callable[[], Iterable[str]], *, interval: float = 60.0,
                  lister: Callable[[], set[str]] = list_priority_classes) -> None:
+        super().__init__(name="priorityclass-watch", interval=interval, immediately=True)
         self._wanted = wanted
-        self._interval = interval
         self._lister = lister
-        self._stop = threading.Event()
         self.facts = UNKNOWN
-        self._thread = threading.Thread(target=self._run, name="priorityclass-watch", daemon=True)
 
-    def start(self) -> "PriorityClassWatch":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def refresh(self) -> ClusterFacts:
+    def poll(self) -> ClusterFacts:
         wanted = set(self._wanted())
         try:
             existing = self._lister()
@@ -78,11 +70,6 @@ class PriorityClassWatch:
             log.warning(json.dumps({"msg": "priority classes checked", **facts.as_dict()}))
         self.facts = facts
         return facts
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.refresh()
-            self._stop.wait(self._interval)
 
 
 def watch_from_environment(wanted: Callable[[], Iterable[str]]) -> PriorityClassWatch | None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from . import metrics
+from .polling import Poller
 from .rules import Rules, RulesError, load_rules
 
 log = logging.getLogger("ai_admission")
@@ -32,25 +32,16 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-class RulesWatch:
+class RulesWatch(Poller):
     def __init__(self, path: str | os.PathLike[str], on_change: Callable[[Rules], None], *,
                  interval: float = 2.0) -> None:
+        super().__init__(name="rules-watch", interval=interval, immediately=False)
         self.path = Path(path)
         self._on_change = on_change
-        self._interval = interval
         self._identity = _identity(self.path)
-        self._stop = threading.Event()
         self.last_error: str | None = None
-        self._thread = threading.Thread(target=self._run, name="rules-watch", daemon=True)
 
-    def start(self) -> "RulesWatch":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def check(self) -> bool:
+    def poll(self) -> bool:
         """Reload when the file changed; True when new rules took effect."""
         identity = _identity(self.path)
         if identity is None or identity == self._identity:
@@ -69,7 +60,3 @@ class RulesWatch:
         metrics.RULES_LOADED_AT.set(time.time())
         log.warning(json.dumps({"msg": "rules reloaded", "source": rules.source}))
         return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.check()
