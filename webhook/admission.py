@@ -87,11 +87,13 @@ class TemplateVerdict:
     verdict: Verdict
 
 
-def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "") -> str:
+def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", name: str = "") -> str:
+    """How messages name ``obj`` (``name``/``namespace``, e.g. from the request, win over its metadata)."""
     meta = podview.metadata(obj)
-    name = meta.get("name") or (f"{meta.get('generateName')}*" if meta.get("generateName") else "")
-    namespace = namespace or str(meta.get("namespace") or "")
-    return f'{kind} "{namespace}/{name}"' if namespace else f'{kind} "{name}"'
+    generate_name = meta.get("generateName")
+    return podview.describe(kind=kind, name=name or str(meta.get("name") or "") or None,
+                            generate_name=generate_name if isinstance(generate_name, str) else None,
+                            namespace=namespace or str(meta.get("namespace") or "") or None)
 
 
 def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
@@ -141,10 +143,7 @@ def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: Cl
 
 
 def subject_of(request: AdmissionRequest) -> str:
-    meta = podview.metadata(request.object or {})
-    return podview.describe(name=request.name or meta.get("name") or None,
-                            generate_name=meta.get("generateName") if isinstance(meta.get("generateName"), str) else None,
-                            namespace=request.namespace or meta.get("namespace") or None)
+    return object_subject(request.object or {}, kind="pod", namespace=request.namespace, name=request.name)
 
 
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,

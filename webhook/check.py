@@ -17,7 +17,6 @@ import yaml
 from . import podview
 from .admission import Verdict, judge_object, judge_pod, object_subject, resolve_mode
 from .mutate import mutate_pod
-from .profile import build_profile
 from .rules import Rules
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -142,7 +141,8 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
             report.skipped.append(document)
             continue
         for template in judged[1]:
-            profile = template.verdict.profile or build_profile(template.pod, rules)
+            profile = template.verdict.profile
+            assert profile is not None  # judge_pod always profiles the pod
             mutated = mutate_pod(template.pod, profile, rules).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
                                          profile.workload))

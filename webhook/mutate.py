@@ -65,15 +65,11 @@ class _Context:
     def multi_node_training(self) -> bool:
         return self.profile.workload == "training" and self.profile.multi_node
 
-    def containers(self, *, init: bool = True) -> list[ContainerRef]:
-        """(path, container) of init (and sidecar) and app containers, with their indexes in the pod."""
-        kinds = ("initContainers", "containers") if init else ("containers",)
-        result = []
-        for kind in kinds:
-            for index, container in enumerate(podview.as_list(self.spec.get(kind))):
-                if isinstance(container, dict):
-                    result.append((("spec", kind, index), container))
-        return result
+    def app_containers(self) -> list[ContainerRef]:
+        """(path, container) of the app containers, with their indexes in the pod."""
+        return [(("spec", "containers", index), container)
+                for index, container in enumerate(podview.as_list(self.spec.get("containers")))
+                if isinstance(container, dict)]
 
     def gpu_containers(self) -> list[ContainerRef]:
         """The containers that request an accelerator (found once, by the profile), init containers first."""
@@ -121,7 +117,7 @@ def add_shm(ctx: _Context) -> None:
     targets = ctx.gpu_containers()
     if ctx.settings.shm_in_all_containers:
         chosen = {path for path, _ in targets}
-        targets += [ref for ref in ctx.containers(init=False) if ref[0] not in chosen]
+        targets += [ref for ref in ctx.app_containers() if ref[0] not in chosen]
     targets = [(path, c) for path, c in targets if not any(
         isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM_PATH
         for m in podview.as_list(c.get("volumeMounts")))]

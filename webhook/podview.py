@@ -86,11 +86,11 @@ def resources(container: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     return as_dict(res.get("requests")), as_dict(res.get("limits"))
 
 
-def describe(*, name: str | None, generate_name: str | None, namespace: str | None) -> str:
-    """How messages name a pod: controllers leave ``name`` empty and set ``generateName``."""
+def describe(*, name: str | None, generate_name: str | None, namespace: str | None, kind: str = "pod") -> str:
+    """How messages name an object: controllers leave ``name`` empty and set ``generateName``."""
     ns = f"{namespace}/" if namespace else ""
     if name:
-        return f'pod "{ns}{name}"'
+        return f'{kind} "{ns}{name}"'
     if generate_name:
-        return f'pod "{ns}{generate_name}*"'
-    return f'pod in namespace "{namespace}"' if namespace else "pod"
+        return f'{kind} "{ns}{generate_name}*"'
+    return f'{kind} in namespace "{namespace}"' if namespace else kind
