@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 import os
 import re
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import requests
@@ -33,6 +36,16 @@ def metric(text: str, name: str, **labels: str) -> float:
         if all(found.get(k) == v for k, v in labels.items()):
             total += float(match.group(2))
     return total
+
+
+def settled(server: Server, done: Callable[[str], bool], seconds: float = 5) -> str:
+    """/metrics once ``done`` holds for it (counts are added in batches, see webhook.batching)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        text = server.get("/metrics").text
+        if done(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
 
 
 class ConfigMapDir:
@@ -73,7 +86,8 @@ def test_metrics_count_every_worker(tmp_path: Path) -> None:
             assert answer.status_code == 200
         sessions[0].post(server.url + "/validate", data=b"{", headers={"Content-Type": "application/json"},
                          verify=server.ca, timeout=10)
-        text = server.get("/metrics").text
+        # Each worker adds its queued counts within batching.INTERVAL (and at once when it serves /metrics).
+        text = settled(server, lambda t: metric(t, "ai_admission_requests_total", endpoint="validate") >= 60)
         assert metric(text, "ai_admission_requests_total", endpoint="validate", verdict="denied",
                       workload="batch") == 60
         assert metric(text, "ai_admission_denials_total", reason="gpu-model-missing", mode="deny") == 60
@@ -164,6 +178,38 @@ def test_hot_reload_and_soak_with_rotation(tmp_path: Path) -> None:
 def test_request_fields_cannot_create_metric_series(server: Server) -> None:
     review = admission_review({"metadata": {"name": "x"}}, kind="Kind-" + "x" * 40, operation="EXPLODE")
     assert server.review("/validate", review)["allowed"] is True
-    text = server.get("/metrics").text
+    text = settled(server, lambda t: metric(t, "ai_admission_requests_total", operation="other", kind="other") >= 1)
     assert "Kind-xxxx" not in text and "EXPLODE" not in text
     assert metric(text, "ai_admission_requests_total", operation="other", kind="other") >= 1
+
+
+def admission_lines(server: Server, uid: str, seconds: float = 5) -> list[dict]:
+    """The admission log lines for ``uid`` (written in batches, see webhook.logs)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        lines = [json.loads(line) for line in server.log.read_text().splitlines()
+                 if line.startswith('{"msg":"admission"') and uid in line]
+        if lines or time.monotonic() > deadline:
+            return lines
+
+
+def test_one_structured_log_line_per_admission_and_never_the_pod(server: Server) -> None:
+    denied = admission_review(BARE, dry_run=True)
+    assert server.review("/validate", denied)["allowed"] is False
+    mutated = admission_review({**BARE, "metadata": {**BARE["metadata"],
+                                                     "annotations": {"ai-admission.io/gpu-memory": "20Gi"}}})
+    patch_ops = len(json.loads(base64.b64decode(server.review("/mutate", mutated)["patch"])))
+
+    [line] = admission_lines(server, denied["request"]["uid"])
+    assert line == {"msg": "admission", "uid": denied["request"]["uid"], "endpoint": "validate",
+                    "operation": "CREATE", "kind": "Pod", "namespace": "ml-team", "name": "bare-", "dryRun": True,
+                    "class": "batch", "allowed": False, "mode": "deny",
+                    "reasons": ["gpu-model-missing", "gpu-memory-missing", "host-memory-request-missing"],
+                    "patchOps": 0,
+                    "durationMs": line["durationMs"]}
+    assert 0 < line["durationMs"] < 1000
+    [line] = admission_lines(server, mutated["request"]["uid"])
+    assert (line["endpoint"], line["allowed"], line["dryRun"], line["patchOps"]) == ("mutate", True, False, patch_ops)
+    assert patch_ops > 3
+    log = server.log.read_text()
+    assert '"containers"' not in log and "nvidia.com/gpu" not in log, "the pod itself is never logged"

@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import names, podview
+from . import names
 from .hints import Hints
+from .podview import PodFacts
 from .rules import Rules, Signal
 
 NONE = "none"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Classification:
     workload: str
     reason: str
@@ -46,21 +47,20 @@ def _match(signal: Signal, *, labels: Mapping[str, str], owners: list[dict[str, 
     return evidence
 
 
-def classify(pod: Mapping[str, Any], *, rules: Rules, hints: Hints, has_accelerator: bool) -> Classification:
+def classify(facts: PodFacts, *, rules: Rules, hints: Hints, has_accelerator: bool) -> Classification:
     if hints.workload_type:
         return Classification(hints.workload_type, f"annotation {names.WORKLOAD_TYPE}={hints.workload_type}",
                               "annotation")
-    labels = podview.labels(pod)
-    owners = podview.owners(pod)
+    labels = facts.labels
+    owners = facts.owners
     owner_kinds = {o["kind"] for o in owners if isinstance(o.get("kind"), str)}
-    env_cache: list[Mapping[str, str | None]] = []
 
     def env() -> Mapping[str, str | None]:  # merged container env, built only if a signal needs it
-        if not env_cache:
-            env_cache.append(podview.pod_env(pod))
-        return env_cache[0]
+        return facts.env
 
-    for signal in rules.signals:
+    signals = rules.signals
+    for index in rules.signal_index.candidates(labels, owner_kinds):
+        signal = signals[index]
         if ((signal.requires_accelerator and not has_accelerator)
                 or (signal.owner_kinds and signal.owner_kinds.isdisjoint(owner_kinds))
                 or not signal.label_keys <= labels.keys()):

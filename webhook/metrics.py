@@ -7,11 +7,15 @@ worker aggregates them all. Without that variable (tests, the CLI) the process's
 
 from __future__ import annotations
 
+import bisect
+import collections
 import functools
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client import REGISTRY, CONTENT_TYPE_LATEST
+
+from . import batching
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -33,7 +37,11 @@ CERT_EXPIRY = Gauge("ai_admission_certificate_expiry_timestamp_seconds",
 
 
 def render() -> tuple[bytes, str]:
-    """The exposition text and its content type, aggregated over workers when running multiprocess."""
+    """The exposition text and its content type, aggregated over workers when running multiprocess.
+
+    This worker's queued counts are added first; other workers' reach the files within `batching.INTERVAL`.
+    """
+    _queue.flush()
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
@@ -65,10 +73,52 @@ def _latency_series(endpoint: str) -> Histogram:
     return LATENCY.labels(endpoint)
 
 
+# One answered review: the labels of its request series, its denial reasons with the mode, and its duration.
+Record = tuple[tuple[str, str, str, str, str], tuple[str, ...], str, float]
+
+
+def _add(records: list[Record]) -> None:
+    """Add queued records to the shared series: one increment per series, not per request."""
+    requests: collections.Counter[tuple[str, str, str, str, str]] = collections.Counter()
+    denials: collections.Counter[tuple[str, str]] = collections.Counter()
+    durations: dict[str, list[float]] = collections.defaultdict(list)
+    for series, reasons, mode, seconds in records:
+        requests[series] += 1
+        for reason in reasons:
+            denials[reason, mode] += 1
+        durations[series[0]].append(seconds)
+    for series, count in requests.items():
+        _request_series(*series).inc(count)
+    for (reason, mode), count in denials.items():
+        _denial_series(reason, mode).inc(count)
+    for endpoint, values in durations.items():
+        _observe_all(_latency_series(endpoint), values)
+
+
+def _observe_all(histogram: Histogram, values: list[float]) -> None:
+    """``observe`` each value, with one increment per bucket (prometheus-client has no bulk observe; this
+    uses the child's bucket list, and falls back to ``observe`` if a release ever changes it)."""
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = [0] * len(bounds)
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1  # the first bound >= value; the last bound is +Inf
+    for bucket, count in zip(buckets, counts):
+        if count:
+            bucket.inc(count)
+    total.inc(sum(values))
+
+
+_queue: batching.Queue[Record] = batching.Queue(_add)
+
+
 def count_request(*, endpoint: str, operation: str, kind: str, verdict: str, workload: str,
                   denial_reasons: list[str], mode: str | None, seconds: float, kinds: frozenset[str]) -> None:
-    """Everything counted for one answered review (child series are cached: ``labels()`` costs more than ``inc()``)."""
-    _request_series(endpoint, _bounded(operation, OPERATIONS), _bounded(kind, kinds), verdict, workload).inc()
-    for reason in denial_reasons:
-        _denial_series(reason, mode or "-").inc()
-    _latency_series(endpoint).observe(seconds)
+    """Everything counted for one answered review; queued, and added to the series by `webhook.batching`."""
+    _queue.put(((endpoint, _bounded(operation, OPERATIONS), _bounded(kind, kinds), verdict, workload),
+                tuple(denial_reasons), mode or "-", seconds))
