@@ -23,7 +23,7 @@ VALIDATE = "validate"
 MUTATE = "mutate"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Verdict:
     """What ai-admission decided about one pod, before it is put into any protocol."""
 
@@ -80,7 +80,7 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str) 
                        warnings=[f.message for f in findings if f.severity == "warn"])
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TemplateVerdict:
     path: str
     pod: dict[str, Any]

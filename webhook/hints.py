@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
 
-from . import names, podview
+from . import names
 from .findings import Finding, deny
+from .podview import PodFacts
 from .quantity import QuantityError, parse_model_params, parse_quantity
 from .rules import WORKLOAD_CLASSES, Rules
 
@@ -19,7 +19,7 @@ _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Hints:
     workload_type: str | None = None
     gpu_model: str | None = None
@@ -41,8 +41,15 @@ def _bool(value: str, key: str, problems: list[Finding]) -> bool | None:
     return None
 
 
-def read_hints(pod: Mapping[str, Any], rules: Rules) -> Hints:
-    notes = podview.annotations(pod)
+_KEYS = frozenset({names.WORKLOAD_TYPE, names.GPU_MODEL, names.GPU_MEMORY, names.MODEL_PARAMS,
+                   names.MODEL_PRECISION, names.PREEMPTIBLE, names.MULTI_NODE})
+NO_HINTS = Hints()
+
+
+def read_hints(facts: PodFacts, rules: Rules) -> Hints:
+    notes = facts.annotations
+    if not _KEYS.intersection(notes):  # most pods carry none: one set operation, no parsing
+        return NO_HINTS
     problems: list[Finding] = []
 
     workload = notes.get(names.WORKLOAD_TYPE)
@@ -73,18 +80,17 @@ def read_hints(pod: Mapping[str, Any], rules: Rules) -> Hints:
             problems.append(deny("invalid-annotation", f"annotation {names.MODEL_PARAMS}: {exc}"))
 
     precision = notes.get(names.MODEL_PRECISION)
-    known = ", ".join(rules.precisions)
     if precision is not None:
         precision = precision.strip().lower()
         if precision not in rules.precisions:
             problems.append(deny("invalid-annotation",
                                  f'annotation {names.MODEL_PRECISION}: "{notes[names.MODEL_PRECISION]}" is not one '
-                                 f"of {known}"))
+                                 f"of {', '.join(rules.precisions)}"))
             precision = None
     elif params is not None:
         problems.append(deny("invalid-annotation",
                              f"annotation {names.MODEL_PARAMS} needs {names.MODEL_PRECISION} beside it "
-                             f"(one of {known}) to turn parameters into bytes"))
+                             f"(one of {', '.join(rules.precisions)}) to turn parameters into bytes"))
 
     return Hints(
         workload_type=workload,

@@ -8,6 +8,7 @@ Every step checks before it adds, so mutating an already-mutated pod records not
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Mapping
@@ -24,7 +25,7 @@ SHM_PATH = "/dev/shm"
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Mutation:
     pod: dict[str, Any]  # shares unchanged subtrees with the input: read it, do not modify it
     patch: list[dict[str, Any]]
@@ -34,7 +35,7 @@ class Mutation:
 ContainerRef = tuple[tuple[str, str, int], dict[str, Any]]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Context:
     """What every step reads; ``edit`` holds the working copy and records the patch."""
 
@@ -73,14 +74,18 @@ class _Context:
 
     def gpu_containers(self) -> list[ContainerRef]:
         """The containers that request an accelerator (found once, by the profile), init containers first."""
-        refs = []
-        for kind, index in sorted(self.profile.accelerator_containers, key=lambda k: (k[0] != "initContainers", k[1])):
-            path = ("spec", kind, index)
-            refs.append((path, self.edit.get(path)))
-        return refs
+        edit = self.edit
+        return [(path, edit.get(path)) for path in (("spec", kind, index)
+                                                     for kind, index in self.profile.accelerator_containers)]
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The pod's labels as it arrived (the steps add none that they read)."""
+        facts = self.profile.facts
+        return facts.labels if facts is not None else podview.labels(self.pod)
 
     def job_label(self) -> tuple[str, str] | None:
-        labels = podview.labels(self.pod)
+        labels = self.labels
         return next(((k, labels[k]) for k in self.settings.job_labels if labels.get(k)), None)
 
 
@@ -225,7 +230,7 @@ def add_topology(ctx: _Context) -> None:
                     ctx.edit.append(path, {"weight": affinity_plan.weight, "podAffinityTerm": term})
     spread = ctx.plan.topology_spread
     if spread is not None:
-        labels = podview.labels(ctx.pod)
+        labels = ctx.labels
         key = next((k for k in ctx.settings.app_labels if labels.get(k)), None)
         if key is None:
             return
@@ -289,26 +294,37 @@ def add_deadline(ctx: _Context) -> None:
         ctx.edit.setdefault(("spec", "activeDeadlineSeconds"), ctx.plan.active_deadline_seconds)
 
 
-def profile_summary(profile: Profile) -> dict[str, Any]:
-    """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision."""
-    per_gpu = profile.memory_per_gpu
-    return {
-        "class": profile.workload,
-        "reason": profile.classification.reason,
-        "gpus": dict(sorted(profile.gpus.items())),
-        "model": profile.model.name if profile.model else profile.model_name,
+def _summary_key(profile: Profile) -> tuple[Any, ...]:
+    return (profile.workload, profile.classification.reason, tuple(sorted(profile.gpus.items())),
+            profile.model.name if profile.model else profile.model_name, profile.memory_per_gpu,
+            profile.preemptible, profile.multi_node)
+
+
+@functools.lru_cache(maxsize=1024)
+def _summary_text(workload: str, reason: str, gpus: tuple[tuple[str, int], ...], model: str | None,
+                  per_gpu: Decimal | None, preemptible: bool, multi_node: bool) -> str:
+    """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision.
+
+    Cached, as the pods of one job or ReplicaSet all get the same text."""
+    return orjson.dumps({
+        "class": workload,
+        "reason": reason,
+        "gpus": dict(gpus),
+        "model": model,
         "gpuMemoryPerGpu": format_quantity(per_gpu) if per_gpu is not None else None,
-        "preemptible": profile.preemptible,
-        "multiNode": profile.multi_node,
-    }
+        "preemptible": preemptible,
+        "multiNode": multi_node,
+    }, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def record_profile(ctx: _Context) -> None:
     if not ctx.settings.record_profile:
         return
     ctx.edit.setdefault(("metadata", "labels", names.WORKLOAD_TYPE), ctx.profile.workload)
-    summary = orjson.dumps(profile_summary(ctx.profile), option=orjson.OPT_SORT_KEYS).decode()
-    if podview.annotations(ctx.pod).get(names.PROFILE) != summary:
+    summary = _summary_text(*_summary_key(ctx.profile))
+    facts = ctx.profile.facts
+    annotations = facts.annotations if facts is not None else podview.annotations(ctx.pod)
+    if annotations.get(names.PROFILE) != summary:
         ctx.edit.set(("metadata", "annotations", names.PROFILE), summary)
 
 

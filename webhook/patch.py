@@ -13,12 +13,15 @@ edit here is applied to a working copy and recorded as one RFC 6902 operation:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Any
 
-Path = Sequence[str | int]
+Path = tuple[str | int, ...]
 
 
+@functools.lru_cache(maxsize=4096)
 def pointer(path: Path) -> str:
+    """The RFC 6901 pointer for ``path`` (cached: the same few dozen paths are written for every pod)."""
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
 
 
@@ -43,32 +46,50 @@ class Editor:
     def _writable(self, path: Path) -> Any:
         """The container at ``path``, copied (shallowly, with its ancestors) unless this editor made it."""
         node: Any = self.doc
+        owned = self._owned
         for key in path:
             child = node[key]
-            if id(child) not in self._owned:
+            if id(child) not in owned:
                 child = dict(child) if isinstance(child, dict) else list(child)
                 node[key] = child
-                self._owned.add(id(child))
+                owned.add(id(child))
             node = child
+        return node
+
+    def _parent(self, path: Path, leaf: Any) -> Any:
+        """The writable container that holds ``path[-1]``, found and copied in one walk.
+
+        When a parent is missing, null or of the wrong type for the next key (a map for a name, a list for an
+        index; malformed input such as annotations given as a list is replaced rather than indexed wrongly),
+        the nested value holding ``leaf`` is added in one operation instead and None is returned.
+        """
+        node: Any = self.doc
+        owned = self._owned
+        last = len(path) - 1
+        for depth in range(last):
+            key = path[depth]
+            child = node.get(key) if isinstance(node, dict) else node[key]
+            if isinstance(child, dict) if isinstance(path[depth + 1], str) else isinstance(child, list):
+                if id(child) not in owned:
+                    child = dict(child) if isinstance(child, dict) else list(child)
+                    node[key] = child
+                    owned.add(id(child))
+                node = child
+                continue
+            nested: Any = leaf
+            for inner in reversed(path[depth + 1:]):
+                nested = {inner: nested}
+            self._record("add", path[: depth + 1], nested)
+            node[key] = nested
+            return None
         return node
 
     def set(self, path: Path, value: Any) -> None:
         """Add or replace the value at ``path``, creating missing or null parents in the same operation."""
-        node: Any = self.doc
-        for depth, key in enumerate(path[:-1]):
-            child = node.get(key) if isinstance(node, dict) else node[key]
-            # a parent must fit the next key: a map for a name, a list for an index (malformed input, such as
-            # annotations given as a list, is replaced in the same operation rather than indexed wrongly)
-            if not isinstance(child, dict if isinstance(path[depth + 1], str) else list):
-                nested: Any = value
-                for inner in reversed(path[depth + 1:]):
-                    nested = {inner: nested}
-                self._record("add", path[: depth + 1], nested)
-                self._writable(path[:depth])[key] = nested
-                return
-            node = child
-        self._record("add", path, value)
-        self._writable(path[:-1])[path[-1]] = value
+        parent = self._parent(path, value)
+        if parent is not None:
+            self._record("add", path, value)
+            parent[path[-1]] = value
 
     def setdefault(self, path: Path, value: Any) -> bool:
         """Set ``path`` only when it is absent or null; True when it was set."""
@@ -78,12 +99,22 @@ class Editor:
         return True
 
     def append(self, path: Path, value: Any) -> None:
-        """Append to the list at ``path`` (created when absent or null)."""
-        if not isinstance(self.get(path), list):
-            self.set(path, [value])
+        """Append to the list at ``path`` (created when absent, null or not a list)."""
+        parent = self._parent(path, [value])
+        if parent is None:
             return
-        self._record("add", [*path, "-"], value)
-        self._writable(path).append(value)
+        key = path[-1]
+        current = parent.get(key) if isinstance(parent, dict) else parent[key]
+        if not isinstance(current, list):
+            self._record("add", path, [value])
+            parent[key] = [value]
+            return
+        self._record("add", (*path, "-"), value)
+        if id(current) not in self._owned:
+            current = list(current)
+            parent[key] = current
+            self._owned.add(id(current))
+        current.append(value)
 
     def remove(self, path: Path) -> None:
         parent = self.get(path[:-1])
@@ -92,6 +123,6 @@ class Editor:
             del self._writable(path[:-1])[path[-1]]
 
     def _record(self, op: str, path: Path, value: Any) -> None:
-        # No copy needed: a value inserted here is never marked as owned, so a later edit inside it goes through
-        # `_writable`, which copies it first; the recorded operation keeps the value as it was.
+        # No copy needed: a value inserted here is never marked as owned, so a later edit inside it copies it
+        # first (`_parent`, `_writable`); the recorded operation keeps the value as it was.
         self.ops.append({"op": op, "path": pointer(path), "value": value})

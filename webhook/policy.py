@@ -40,11 +40,10 @@ def _bigger_models(rules: Rules, need: Decimal) -> list[str]:
 
 def _gpu_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Finding]:
     found: list[Finding] = []
-    gpus = profile.gpu_text()
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
     if model_needed and profile.model_name is None:
         found.append(deny("gpu-model-missing",
-                          f"{gpus} says how many GPUs but not which model: {_model_fix(rules)}"))
+                          f"{profile.gpu_text()} says how many GPUs but not which model: {_model_fix(rules)}"))
     elif profile.model_name is not None and profile.model is None:
         found.append(deny("gpu-model-unknown",
                           f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog; '
@@ -58,7 +57,7 @@ def _gpu_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> lis
                               f"keep one of them"))
     if profile.memory_per_gpu is None:
         found.append(deny("gpu-memory-missing",
-                          f"{gpus} does not say how much GPU memory it needs: {_memory_fix(rules)}"))
+                          f"{profile.gpu_text()} does not say how much GPU memory it needs: {_memory_fix(rules)}"))
 
     model = profile.model
     if model is None or profile.is_mig:

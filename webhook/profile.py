@@ -10,19 +10,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from . import names, podview
 from .classify import Classification, classify
 from .findings import Finding, deny
 from .hints import Hints, read_hints
+from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
 
 _GB = Decimal(10**9)
 
 
-@dataclass(frozen=True)
+# The per-request records (this, Hints, Classification, Finding, Verdict, AdmissionRequest) are slotted dataclasses
+# that nothing modifies once built; they are not frozen because a frozen dataclass costs about four times as much
+# to construct (every field set through object.__setattr__), which was several percent of a request.
+@dataclass(slots=True)
 class Profile:
     classification: Classification
     hints: Hints
@@ -33,14 +37,20 @@ class Profile:
     model_source: str | None                # "annotation ai-admission.io/gpu-model", "nodeSelector gpu-type", ...
     memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold
     memory_total: Decimal | None            # bytes over all the pod's cards
-    memory_source: str | None               # how the need was worked out, for messages
+    memory_basis: MemoryBasis | None        # how the need was worked out (see memory_source)
     preemptible: bool
     multi_node: bool
     multi_node_reason: str | None
     problems: tuple[Finding, ...] = field(default=())
-    accelerator_containers: frozenset[ContainerKey] = frozenset()
+    accelerator_containers: tuple[ContainerKey, ...] = ()  # init containers first, each list in order
     pinned_model: str | None = None          # what the pod's own nodeSelector/affinity pins, if anything
     pinned_where: str | None = None
+    facts: PodFacts | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def memory_source(self) -> str | None:
+        """How the memory need was worked out, for messages ("annotation ...=40Gi per GPU")."""
+        return _explain_memory(self.memory_basis)
 
     @property
     def workload(self) -> str:
@@ -58,33 +68,61 @@ class Profile:
         return ", ".join(f"{count} {name}" for name, count in sorted(self.gpus.items())) or "no accelerators"
 
 
-def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
+_ABSENT: Any = object()
+
+
+def _plain_count(request: Any, limit: Any) -> int | None:
+    """The device count when it is written the usual way ("1", 8, request absent or equal); else None, and
+    the exact check (quantities, mismatches, fractions) in `_accelerator_amounts` decides."""
+    value = request if limit is _ABSENT else limit
+    if type(value) is str and value.isascii() and value.isdigit():
+        count = int(value)
+    elif type(value) is int and value >= 0:
+        count = value
+    else:
+        return None
+    if limit is not _ABSENT and request is not _ABSENT and request != limit:
+        return None
+    return count
+
+
+def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Callable[[], str],
                          problems: list[Finding]) -> tuple[dict[str, int], bool]:
     """Accelerators one container asks for, and whether it names one with a malformed amount.
 
-    For extended resources the limit is the request; both given must agree.
+    For extended resources the limit is the request; both given must agree. ``where`` names the container in
+    messages (built only when there is something to say).
     """
-    requests, limits = podview.resources(container)
+    res = container.get("resources")
+    if not isinstance(res, dict):
+        return {}, False
+    requests = podview.as_dict(res.get("requests"))
+    limits = podview.as_dict(res.get("limits"))
     amounts: dict[str, int] = {}
     malformed = False
-    for name in {*requests, *limits}:
-        if not isinstance(name, str) or not rules.is_accelerator(name):
+    for name in requests.keys() | limits.keys():
+        if not rules.is_accelerator(name):
+            continue
+        count = _plain_count(requests.get(name, _ABSENT), limits.get(name, _ABSENT))
+        if count is not None:
+            if count:
+                amounts[name] = count
             continue
         try:
             request = parse_quantity(requests[name]) if name in requests else None
             limit = parse_quantity(limits[name]) if name in limits else None
         except QuantityError as exc:
-            problems.append(deny("invalid-quantity", f"{where}: resources for {name}: {exc}"))
+            problems.append(deny("invalid-quantity", f"{where()}: resources for {name}: {exc}"))
             malformed = True
             continue
         if request is not None and limit is not None and request != limit:
             problems.append(deny("gpu-request-limit-mismatch",
-                                 f"{where}: {name} request ({requests[name]}) and limit ({limits[name]}) differ; "
+                                 f"{where()}: {name} request ({requests[name]}) and limit ({limits[name]}) differ; "
                                  f"accelerators cannot be overcommitted, so set both to the same whole number"))
         value = limit if limit is not None else request
         assert value is not None
         if value != value.to_integral_value() or value < 0:
-            problems.append(deny("invalid-quantity", f"{where}: {name} must be a whole number of devices, not {value}"))
+            problems.append(deny("invalid-quantity", f"{where()}: {name} must be a whole number of devices, not {value}"))
             malformed = True
             continue
         if value:
@@ -94,58 +132,57 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: str,
 
 ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
 
-
-def _asking(pod: Mapping[str, Any], kind: str, rules: Rules, problems: list[Finding],
-            users: set[ContainerKey]) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:
+def _asking(facts: PodFacts, kind: str, rules: Rules, problems: list[Finding],
+            users: list[ContainerKey]) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:
     """(container, accelerator amounts) for each container of ``kind``; records in ``users`` those that ask."""
     label = "init container" if kind == "initContainers" else "container"
-    for index, container in enumerate(podview.as_list(podview.spec(pod).get(kind))):
+    for index, container in enumerate(podview.as_list(facts.spec.get(kind))):
         if not isinstance(container, dict):
             continue
-        amounts, malformed = _accelerator_amounts(container, rules, f'{label} "{container.get("name", "?")}"',
-                                                  problems)
+        amounts, malformed = _accelerator_amounts(
+            container, rules, lambda: f'{label} "{container.get("name", "?")}"', problems)
         if amounts or malformed:
-            users.add((kind, index))
+            users.append((kind, index))
         yield container, amounts
 
 
-def effective_gpus(pod: Mapping[str, Any], rules: Rules,
-                   problems: list[Finding]) -> tuple[dict[str, int], frozenset[ContainerKey]]:
+def effective_gpus(facts: PodFacts, rules: Rules,
+                   problems: list[Finding]) -> tuple[dict[str, int], tuple[ContainerKey, ...]]:
     """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it).
 
     Also returns which containers ask for an accelerator (``nvidia.com/gpu: 0`` does not; a malformed amount
-    does, so it is never silently treated as none), so later steps need not parse the resources again.
+    does, so it is never silently treated as none), init containers first, so later steps need not parse the
+    resources again.
     """
-    users: set[ContainerKey] = set()
+    users: list[ContainerKey] = []
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container, amounts in _asking(pod, "initContainers", rules, problems, users):
-        if podview.is_sidecar(container):
-            for name, count in amounts.items():
-                sidecars[name] = sidecars.get(name, 0) + count
-        else:
-            for name in {*amounts, *sidecars}:
-                init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
+    if facts.spec.get("initContainers"):
+        for container, amounts in _asking(facts, "initContainers", rules, problems, users):
+            if podview.is_sidecar(container):
+                for name, count in amounts.items():
+                    sidecars[name] = sidecars.get(name, 0) + count
+            else:
+                for name in {*amounts, *sidecars}:
+                    init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
     app: dict[str, int] = dict(sidecars)
-    for _, amounts in _asking(pod, "containers", rules, problems, users):
+    for _, amounts in _asking(facts, "containers", rules, problems, users):
         for name, count in amounts.items():
             app[name] = app.get(name, 0) + count
+    if not init_peak:
+        return app, tuple(users)
     result = {name: max(app.get(name, 0), init_peak.get(name, 0)) for name in {*app, *init_peak}}
-    return {name: count for name, count in result.items() if count > 0}, frozenset(users)
+    return {name: count for name, count in result.items() if count > 0}, tuple(users)
 
 
-_NO_HINTS = Hints()
-
-
-def model_from_pod(pod: Mapping[str, Any], rules: Rules, hints: Hints) -> tuple[str | None, str | None]:
-    """(model name as written, where it was found): annotation, nodeSelector, then a required affinity term."""
-    if hints.gpu_model:
-        return hints.gpu_model, f"annotation {names.GPU_MODEL}"
-    selector = podview.string_map(podview.spec(pod).get("nodeSelector"))
+def pinned_model(facts: PodFacts, rules: Rules) -> tuple[str | None, str | None]:
+    """(model name as written, where) that the pod's own nodeSelector or a required affinity term pins."""
+    selector = podview.as_dict(facts.spec.get("nodeSelector"))
     for key in rules.model_keys:
-        if selector.get(key):
-            return selector[key], f"nodeSelector {key}"
-    affinity = podview.as_dict(podview.as_dict(podview.spec(pod).get("affinity")).get("nodeAffinity"))
+        value = selector.get(key)
+        if value and isinstance(value, str):
+            return value, f"nodeSelector {key}"
+    affinity = podview.as_dict(podview.as_dict(facts.spec.get("affinity")).get("nodeAffinity"))
     required = podview.as_dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
     for term in podview.as_list(required.get("nodeSelectorTerms")):
         for expression in podview.as_list(podview.as_dict(term).get("matchExpressions")):
@@ -170,25 +207,40 @@ def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
     return min(sizes)
 
 
+# How the GPU memory need was worked out, kept as data: the sentence is written only if a message needs it.
+MemoryBasis = tuple[Any, ...]
+
+
 def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int,
-                 mig_memory: Decimal | None) -> tuple[Decimal | None, Decimal | None, str | None]:
-    """(per GPU, total, explanation) of the GPU memory the pod needs, or Nones when it does not say."""
+                 mig_memory: Decimal | None) -> tuple[Decimal | None, Decimal | None, MemoryBasis | None]:
+    """(per GPU, total, basis) of the GPU memory the pod needs, or Nones when it does not say."""
     if hints.gpu_memory is not None:
         total = hints.gpu_memory * max(gpu_count, 1)
-        return hints.gpu_memory, total, f"annotation {names.GPU_MEMORY}={format_bytes(hints.gpu_memory)} per GPU"
+        return hints.gpu_memory, total, ("annotation", hints.gpu_memory)
     if hints.model_params is not None and hints.model_precision is not None:
         policy = rules.classes.get(workload)
         factor = policy.memory_factor if policy else Decimal(1)
         per_param = rules.precisions[hints.model_precision]
         total = Decimal(hints.model_params) * per_param * factor
-        explanation = (f"{_params_text(hints.model_params)} params x {per_param.normalize():f} bytes "
-                       f"({hints.model_precision})")
+        basis = ("params", hints.model_params, per_param, hints.model_precision, factor, workload)
+        return total / max(gpu_count, 1), total, basis
+    if mig_memory is not None:
+        return mig_memory, mig_memory * gpu_count, ("mig",)
+    return None, None, None
+
+
+def _explain_memory(basis: MemoryBasis | None) -> str | None:
+    if basis is None:
+        return None
+    if basis[0] == "annotation":
+        return f"annotation {names.GPU_MEMORY}={format_bytes(basis[1])} per GPU"
+    if basis[0] == "params":
+        _, params, per_param, precision, factor, workload = basis
+        explanation = f"{_params_text(params)} params x {per_param.normalize():f} bytes ({precision})"
         if factor != 1:
             explanation += f" x {factor.normalize():f} ({workload} memory factor)"
-        return total / max(gpu_count, 1), total, explanation
-    if mig_memory is not None:
-        return mig_memory, mig_memory * gpu_count, "implied by the MIG profile"
-    return None, None, None
+        return explanation
+    return "implied by the MIG profile"
 
 
 def _params_text(params: int) -> str:
@@ -198,18 +250,18 @@ def _params_text(params: int) -> str:
     return str(params)
 
 
-def _multi_node(pod: Mapping[str, Any], rules: Rules, hints: Hints, workload: str) -> tuple[bool, str | None]:
+def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str) -> tuple[bool, str | None]:
     if hints.multi_node is not None:
         return hints.multi_node, f"annotation {names.MULTI_NODE}={str(hints.multi_node).lower()}"
     if workload != "training":
         return False, None
-    world = podview.pod_env(pod).get("WORLD_SIZE")
+    world = facts.env.get("WORLD_SIZE")
     try:
         if world is not None and int(world) > 1:
             return True, f"env WORLD_SIZE={world}"
     except ValueError:
         pass
-    replica_type = podview.labels(pod).get("training.kubeflow.org/replica-type", "")
+    replica_type = facts.labels.get("training.kubeflow.org/replica-type", "")
     if replica_type.lower() in rules.multi_node_replica_types:
         return True, f"replica type {replica_type}"
     return False, None
@@ -217,25 +269,27 @@ def _multi_node(pod: Mapping[str, Any], rules: Rules, hints: Hints, workload: st
 
 def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
     """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised."""
-    hints = read_hints(pod, rules)
+    facts = PodFacts(pod)
+    hints = read_hints(facts, rules)
     problems: list[Finding] = list(hints.problems)
-    gpus, users = effective_gpus(pod, rules, problems)
-    classification = classify(pod, rules=rules, hints=hints, has_accelerator=bool(gpus))
+    gpus, users = effective_gpus(facts, rules, problems)
+    classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
-    pinned, pinned_where = model_from_pod(pod, rules, _NO_HINTS)
+    pinned, pinned_where = pinned_model(facts, rules)
     model_name, model_source = (hints.gpu_model, f"annotation {names.GPU_MODEL}") if hints.gpu_model else (pinned, pinned_where)
     model = rules.find_model(model_name) if model_name else None
     mig_memory = _mig_memory(gpus, rules)
-    per_gpu, total, memory_source = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)
+    per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)
     policy = rules.classes.get(workload)
     preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
-    multi_node, multi_node_reason = _multi_node(pod, rules, hints, workload)
+    multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload)
     return Profile(
         classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
         model=model, model_name=model_name, model_source=model_source,
-        memory_per_gpu=per_gpu, memory_total=total, memory_source=memory_source,
+        memory_per_gpu=per_gpu, memory_total=total, memory_basis=memory_basis,
         preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
         problems=tuple(problems), accelerator_containers=users, pinned_model=pinned, pinned_where=pinned_where,
+        facts=facts,
     )
 
 

@@ -58,8 +58,11 @@ def _parse_text(value: str) -> Decimal:
     return result * _DECIMAL[suffix]
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_model_params(value: str) -> int:
-    """Parse a parameter count such as ``"70B"``, ``"7.5B"``, ``"350M"`` or ``"1.2T"`` into an integer."""
+    """Parse a parameter count such as ``"70B"``, ``"7.5B"``, ``"350M"`` or ``"1.2T"`` into an integer.
+
+    Cached, like quantities: a cluster names a few model sizes over and over."""
     match = _PARAMS.match(str(value).strip())
     if not match:
         raise QuantityError(f"{value!r} is not a parameter count (examples: 70B, 7.5B, 350M)")

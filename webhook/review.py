@@ -43,7 +43,7 @@ class ResponseDict(TypedDict, total=False):
     auditAnnotations: dict[str, str]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AdmissionRequest:
     """The parts of ``AdmissionReview.request`` the webhook uses, checked for type."""
 

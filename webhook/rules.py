@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import jsonschema
 import yaml
@@ -24,6 +24,7 @@ from .quantity import QuantityError, parse_quantity
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
 MODES = ("deny", "warn", "audit")
 RULES_ENV = "AI_ADMISSION_RULES"
+_MEMO_SIZE = 1024
 
 
 class RulesError(Exception):
@@ -211,6 +212,49 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class SignalIndex:
+    """Which signals a pod can possibly match, found from its label keys and owner kinds instead of trying all.
+
+    A signal that names an exact label key is filed under one of them, else one that names owner kinds under
+    those; the rest (only patterns or env) are always tried. A pod's candidates come back in rule order, so
+    the first match still wins; the full check of each candidate is `classify`'s.
+    """
+
+    always: tuple[int, ...]
+    by_label: Mapping[str, tuple[int, ...]]
+    by_owner_kind: Mapping[str, tuple[int, ...]]
+
+    @classmethod
+    def build(cls, signals: tuple[Signal, ...]) -> SignalIndex:
+        always: list[int] = []
+        by_label: dict[str, list[int]] = {}
+        by_owner_kind: dict[str, list[int]] = {}
+        for signal in signals:
+            if signal.label_keys:
+                by_label.setdefault(min(signal.label_keys), []).append(signal.index)
+            elif signal.owner_kinds:
+                for kind in signal.owner_kinds:
+                    by_owner_kind.setdefault(kind, []).append(signal.index)
+            else:
+                always.append(signal.index)
+        return cls(always=tuple(always), by_label={k: tuple(v) for k, v in by_label.items()},
+                   by_owner_kind={k: tuple(v) for k, v in by_owner_kind.items()})
+
+    def candidates(self, label_keys: Iterable[str], owner_kinds: Iterable[str]) -> list[int]:
+        found = list(self.always)
+        by_label = self.by_label
+        for key in label_keys:
+            hits = by_label.get(key)
+            if hits:
+                found.extend(hits)
+        for kind in owner_kinds:
+            hits = self.by_owner_kind.get(kind)
+            if hits:
+                found.extend(hits)
+        return sorted(set(found))
+
+
+@dataclass(frozen=True)
 class Rules:
     """Everything the policy core reads; built by `compile_rules`, never mutated."""
 
@@ -227,17 +271,26 @@ class Rules:
     model_index: Mapping[str, GpuModel]
     classes: Mapping[str, ClassPolicy]
     signals: tuple[Signal, ...]
+    signal_index: SignalIndex
     multi_node_replica_types: frozenset[str]
     warn_missing_host_memory: bool
     warn_tensor_parallel_over_pcie: bool
     mutation: MutationSettings = field(default_factory=MutationSettings)
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    # resource name -> is it an accelerator; every container names cpu and memory, which need no regex each time
+    _accelerators: dict[Any, bool] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def find_model(self, name: str) -> GpuModel | None:
         return self.model_index.get(normalize_model_name(name))
 
-    def is_accelerator(self, resource: str) -> bool:
-        return resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
+    def is_accelerator(self, resource: Any) -> bool:
+        known = self._accelerators.get(resource)
+        if known is None:
+            known = isinstance(resource, str) and (
+                resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource)))
+            if len(self._accelerators) < _MEMO_SIZE:  # names come from requests: bound what is remembered
+                self._accelerators[resource] = known
+        return known
 
 
 def normalize_model_name(name: str) -> str:
@@ -357,6 +410,7 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         model_index=index,
         classes=classes,
         signals=signals,
+        signal_index=SignalIndex.build(signals),
         multi_node_replica_types=frozenset(t.lower() for t in (document.get("multiNode") or {}).get("replicaTypes", [])),
         warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),

@@ -16,7 +16,7 @@ from . import podview
 PodTemplate = Mapping[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Template:
     """One pod template: where it sits in the object, and the pod it stands for."""
 
@@ -25,7 +25,7 @@ class Template:
     template: PodTemplate
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Owner:
     api_version: str
     kind: str
