@@ -40,7 +40,8 @@ def _error(status: int, message: str) -> Response:
 
 
 def _read_review() -> AdmissionRequest:
-    mimetype = request.mimetype
+    # the media type without parameters, as request.mimetype gives it, without werkzeug's header parser
+    mimetype = request.environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower()
     if mimetype != "application/json":
         raise ReviewError(f"Content-Type must be application/json, got {mimetype or 'none'!r}", status=415)
     raw = request.get_data(cache=False)

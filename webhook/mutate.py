@@ -19,7 +19,7 @@ from . import names, podview
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
 from .patch import Editor
-from .rules import ClassMutation, ClassPolicy, MutationSettings, Rules
+from .rules import ClassMutation, ClassPolicy, MutationSettings, Rules, ShmSpec
 
 SHM_PATH = "/dev/shm"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -91,20 +91,34 @@ class _Context:
 
 def _pod_memory_limit(pod: Mapping[str, Any]) -> Decimal | None:
     """The pod's memory limit (pod-level resources, else the sum over app and sidecar containers), or None."""
-    pod_level = podview.as_dict(podview.as_dict(podview.spec(pod).get("resources")).get("limits"))
+    spec = podview.spec(pod)
+    pod_level = podview.as_dict(podview.as_dict(spec.get("resources")).get("limits"))
     try:
         if "memory" in pod_level:
             return parse_quantity(pod_level["memory"])
-        running = [*podview.containers(pod), *(c for c in podview.init_containers(pod) if podview.is_sidecar(c))]
         total = Decimal(0)
-        for container in running:
-            _, limits = podview.resources(container)
-            if "memory" not in limits:
-                return None
-            total += parse_quantity(limits["memory"])
+        for kind in ("containers", "initContainers"):
+            for container in podview.as_list(spec.get(kind)):
+                if not isinstance(container, dict) or (kind == "initContainers" and not podview.is_sidecar(container)):
+                    continue
+                limits = podview.as_dict(podview.as_dict(container.get("resources")).get("limits"))
+                if "memory" not in limits:
+                    return None
+                total += parse_quantity(limits["memory"])
         return total
     except QuantityError:
         return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _shm_size(shm: ShmSpec, gpus: int, limit: Decimal | None, fraction: Decimal) -> str:
+    """The /dev/shm size limit: per GPU up to the class maximum, at most ``fraction`` of the pod's memory limit
+    (the class default without one), whole MiB. Cached: a cluster's pods repeat a few shapes."""
+    if limit is None:
+        size = shm.without_memory_limit
+    else:
+        size = min(shm.per_gpu * max(gpus, 1), shm.max, limit * fraction)
+    return format_quantity(Decimal(int(size) // (2**20) * 2**20) if size >= 2**20 else Decimal(int(size)))
 
 
 def add_shm(ctx: _Context) -> None:
@@ -128,16 +142,13 @@ def add_shm(ctx: _Context) -> None:
         for m in podview.as_list(c.get("volumeMounts")))]
     if not targets:
         return
-    size = min(shm.per_gpu * max(ctx.profile.gpu_count, 1), shm.max)
     limit = _pod_memory_limit(ctx.pod)
     if limit is None:
-        size = shm.without_memory_limit
-        ctx.warnings.append(f"pod has no memory limit; /dev/shm got the class default {format_bytes(size)} "
-                            f"(memory-backed, it counts against the pod's memory)")
-    else:
-        size = min(size, limit * ctx.settings.max_shm_fraction_of_memory_limit)
-    size = Decimal(int(size) // (2**20) * 2**20) if size >= 2**20 else Decimal(int(size))
-    ctx.edit.append(("spec", "volumes"), {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": format_quantity(size)}})
+        ctx.warnings.append(f"pod has no memory limit; /dev/shm got the class default "
+                            f"{format_bytes(shm.without_memory_limit)} (memory-backed, it counts against the "
+                            f"pod's memory)")
+    size = _shm_size(shm, ctx.profile.gpu_count, limit, ctx.settings.max_shm_fraction_of_memory_limit)
+    ctx.edit.append(("spec", "volumes"), {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
     for path, _ in targets:
         ctx.edit.append((*path, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 

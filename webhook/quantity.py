@@ -73,6 +73,7 @@ def parse_model_params(value: str) -> int:
     return params
 
 
+@functools.lru_cache(maxsize=1024)
 def format_bytes(amount: Decimal | int) -> str:
     """Human size for messages: GiB with one decimal for large values (GPU memory is sold in GiB-ish units)."""
     amount = Decimal(amount)

@@ -135,14 +135,24 @@ class LabelMatch:
     key_pattern: re.Pattern[str] | None
     values: frozenset[str] | None
     value_pattern: re.Pattern[str] | None
+    # label key -> does key_pattern match it; a cluster uses a small vocabulary of label keys
+    _keys: dict[str, bool] = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def _key_matches(self, key: str) -> bool:
+        known = self._keys.get(key)
+        if known is None:
+            assert self.key_pattern is not None
+            known = bool(self.key_pattern.search(key))
+            if len(self._keys) < _MEMO_SIZE:
+                self._keys[key] = known
+        return known
 
     def matches(self, labels: Mapping[str, str]) -> str | None:
         """Return the matching ``key=value`` text, or None."""
         if self.key is not None:
             candidates = [(self.key, labels[self.key])] if self.key in labels else []
         else:
-            assert self.key_pattern is not None
-            candidates = [(k, v) for k, v in labels.items() if self.key_pattern.search(k)]
+            candidates = [(k, v) for k, v in labels.items() if self._key_matches(k)]
         for key, value in candidates:
             value = value if isinstance(value, str) else str(value)
             if self.values is not None and value not in self.values:

@@ -9,6 +9,7 @@ can mislead (connection placement across workers varies from run to run). Prints
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -43,6 +44,7 @@ class Run:
     max_ms: float
     errors: int
     requests: int
+    cpu_ms_per_request: float = 0.0  # user + system time of the server's workers, from /proc
 
 
 def corpus() -> list[tuple[str, dict[str, Any]]]:
@@ -121,20 +123,44 @@ class Server:
         self.process.terminate()
         self.process.wait(timeout=20)
 
+    def worker_cpu_ticks(self) -> int:
+        """utime + stime of the workers (clock ticks); 0 where /proc is not available."""
+        try:
+            pid = self.process.pid
+            total = 0
+            for worker in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                fields = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+            return total
+        except (OSError, ValueError, IndexError):
+            return 0
 
-def wrk(url: str, script: Path, *, connections: int, seconds: int, threads: int) -> Run:
+
+def wrk(server: Server, script: Path, *, connections: int, seconds: int, threads: int) -> Run:
+    before = server.worker_cpu_ticks()
     done = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
-                           url], capture_output=True, text=True, timeout=seconds + 60)
+                           server.url], capture_output=True, text=True, timeout=seconds + 60)
+    cpu_seconds = (server.worker_cpu_ticks() - before) / os.sysconf("SC_CLK_TCK")
     line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
     data = json.loads(line.removeprefix("RESULT "))
     return Run(requests_per_second=data["requests"] / (data["duration_us"] / 1e6), p50_ms=data["p50"] / 1000,
                p90_ms=data["p90"] / 1000, p99_ms=data["p99"] / 1000, max_ms=data["max"] / 1000,
-               errors=data["errors"], requests=data["requests"])
+               errors=data["errors"], requests=data["requests"],
+               cpu_ms_per_request=cpu_seconds * 1000 / max(data["requests"], 1))
 
 
-def series(url: str, script: Path, *, connections: int, seconds: int, runs: int, threads: int) -> list[Run]:
-    wrk(url, script, connections=connections, seconds=1, threads=threads)  # warm-up: imports, TLS, caches
-    return [wrk(url, script, connections=connections, seconds=seconds, threads=threads) for _ in range(runs)]
+def interleaved(subjects: list[tuple[Server, Path]], *, connections: int, seconds: int, runs: int,
+                threads: int) -> list[list[Run]]:
+    """Runs of each (server, script), taken in turns (a, b, a, b, ...) so that the machine's drift over the
+    minutes of a benchmark (other tenants, CPU frequency) falls on every subject alike; all servers are up
+    for the whole series, the ones not measured idle."""
+    for server, script in subjects:
+        wrk(server, script, connections=connections, seconds=1, threads=threads)  # warm-up: imports, TLS, caches
+    results: list[list[Run]] = [[] for _ in subjects]
+    for _ in range(runs):
+        for index, (server, script) in enumerate(subjects):
+            results[index].append(wrk(server, script, connections=connections, seconds=seconds, threads=threads))
+    return results
 
 
 def median_run(runs: list[Run]) -> Run:
@@ -148,8 +174,9 @@ def spread(runs: list[Run]) -> str:
 
 def row(name: str, runs: list[Run]) -> str:
     m = median_run(runs)
-    return (f"| {name} | {spread(runs)} | {m.p50_ms:.2f} | {m.p90_ms:.2f} | {m.p99_ms:.2f} | {m.max_ms:.1f} | "
-            f"{sum(r.errors for r in runs)} |")
+    cpu = statistics.median(r.cpu_ms_per_request for r in runs)
+    return (f"| {name} | {spread(runs)} | {cpu:.3f} | {m.p50_ms:.2f} | {m.p90_ms:.2f} | {m.p99_ms:.2f} | "
+            f"{m.max_ms:.1f} | {sum(r.errors for r in runs)} |")
 
 
 def many_signals_rules(path: Path, extra: int) -> Path:
@@ -189,25 +216,21 @@ def main(argv: list[str] | None = None) -> int:
     narrow = lua_script(wide_pod_corpus(1), work / "narrow.lua")
     opts = {"seconds": args.seconds, "runs": args.runs, "threads": args.wrk_threads}
     results: dict[str, list[Run]] = {}
-    for name, app in (("minimal Flask app", "tests.bench.minimal_app:app"), ("ai-admission", None)):
-        server = Server(tls, app=app)
-        try:
-            results[f"{name}, 64 connections"] = series(server.url, mix, connections=64, **opts)
-            results[f"{name}, 1 connection"] = series(server.url, mix, connections=1, **opts)
-        finally:
-            server.stop()
-    server = Server(tls)
-    try:
-        results["1-container pod, 1 connection"] = series(server.url, narrow, connections=1, **opts)
-        results["50-container pod, 1 connection"] = series(server.url, wide, connections=1, **opts)
-        results["default rules (18 signals), 1 connection"] = series(server.url, one, connections=1, **opts)
-    finally:
-        server.stop()
-    server = Server(tls, rules=many_signals_rules(work / "many.yaml", 100))
-    try:
-        results["rules with 118 signals, 1 connection"] = series(server.url, one, connections=1, **opts)
-    finally:
-        server.stop()
+    with contextlib.ExitStack() as servers:
+        def start(**kwargs: Any) -> Server:
+            server = Server(tls, **kwargs)
+            servers.callback(server.stop)
+            return server
+
+        minimal, ours = start(app="tests.bench.minimal_app:app"), start()
+        for connections, label in ((64, "64 connections"), (1, "1 connection")):
+            runs = interleaved([(minimal, mix), (ours, mix)], connections=connections, **opts)
+            results[f"minimal Flask app, {label}"], results[f"ai-admission, {label}"] = runs
+        many = start(rules=many_signals_rules(work / "many.yaml", 100))
+        results["1-container pod, 1 connection"], results["50-container pod, 1 connection"] = interleaved(
+            [(ours, narrow), (ours, wide)], connections=1, **opts)
+        results["default rules (18 signals), 1 connection"], results["rules with 118 signals, 1 connection"] = (
+            interleaved([(ours, one), (many, one)], connections=1, **opts))
 
     def ratio(a: str, b: str, field: str) -> float:
         if field == "rps":
@@ -215,19 +238,24 @@ def main(argv: list[str] | None = None) -> int:
         return median_run(results[a]).p50_ms / median_run(results[b]).p50_ms
 
     throughput = ratio("ai-admission, 64 connections", "minimal Flask app, 64 connections", "rps")
+    cpu = (statistics.median(r.cpu_ms_per_request for r in results["ai-admission, 64 connections"])
+           / statistics.median(r.cpu_ms_per_request for r in results["minimal Flask app, 64 connections"]))
     latency = ratio("ai-admission, 1 connection", "minimal Flask app, 1 connection", "p50")
     wide_ratio = ratio("50-container pod, 1 connection", "1-container pod, 1 connection", "p50")
     rules_ratio = ratio("rules with 118 signals, 1 connection", "default rules (18 signals), 1 connection", "p50")
     errors = sum(r.errors for runs in results.values() for r in runs)
     report = "\n".join([
         f"Machine: {machine()}. wrk {args.wrk_threads} thread(s) on the same machine, TLS, keep-alive, "
-        f"{args.runs} runs x {args.seconds} s each (after a 1 s warm-up); latency percentiles from the median run.",
+        f"{args.runs} runs x {args.seconds} s each (after a 1 s warm-up), the compared configurations measured in "
+        f"turns; latency percentiles from the median run; CPU is the workers' user + system time per request "
+        f"(median run).",
         "",
-        "| configuration | requests/s min / median / max | p50 ms | p90 ms | p99 ms | max ms | errors |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| configuration | requests/s min / median / max | CPU ms/request | p50 ms | p90 ms | p99 ms | max ms | errors |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
         *(row(name, runs) for name, runs in results.items()),
         "",
-        f"- throughput at 64 connections vs the minimal app: **{throughput:.0%}** (target >= 70%)",
+        f"- throughput at 64 connections vs the minimal app: **{throughput:.0%}** (target >= 70%); "
+        f"CPU per request {cpu:.2f}x the minimal app's",
         f"- median latency at 1 connection vs the minimal app: **{latency:.2f}x** (target <= 1.5x)",
         f"- 50-container pod vs 1-container pod, median latency: **{wide_ratio:.2f}x** (target <= 3x)",
         f"- 118 signals vs 18 signals, median latency: **{rules_ratio:.2f}x** (target <= 3x)",
