@@ -66,3 +66,16 @@ def test_a_parent_of_the_wrong_type_is_replaced_not_indexed() -> None:
     assert editor.doc == {"metadata": {"annotations": {"ai-admission.io/profile": "{}"}, "labels": {"a": "1"}},
                           "spec": {"volumes": [{"name": "v"}]}}
     assert replay(original, editor) == editor.doc
+
+
+def test_extend_adds_an_absent_list_in_one_operation_and_appends_to_a_present_one() -> None:
+    original = {"spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}}
+    editor = Editor(original)
+    editor.extend(("spec", "tolerations"), [{"key": "a"}, {"key": "b"}])
+    editor.extend(("spec", "containers", 0, "env"), [{"name": "B", "value": "2"}, {"name": "C", "value": "3"}])
+    editor.extend(("spec", "volumes"), [])
+    assert [(op["op"], op["path"]) for op in editor.ops] == [
+        ("add", "/spec/tolerations"), ("add", "/spec/containers/0/env/-"), ("add", "/spec/containers/0/env/-")]
+    assert editor.ops[0]["value"] == [{"key": "a"}, {"key": "b"}]
+    assert replay(original, editor) == editor.doc
+    assert original["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]

@@ -35,36 +35,34 @@ class Mutation:
 ContainerRef = tuple[tuple[str, str, int], dict[str, Any]]
 
 
-@dataclass(slots=True)
 class _Context:
-    """What every step reads; ``edit`` holds the working copy and records the patch."""
+    """What every step reads; ``edit`` holds the working copy and records the patch.
 
-    edit: Editor
-    profile: Profile
-    rules: Rules
-    policy: ClassPolicy
-    warnings: list[str]
-    missing_priority_classes: frozenset[str] = frozenset()
+    ``spec`` and ``labels`` are the pod as it arrived: what the user set is what the steps must not clobber, and
+    no step reads what an earlier one added (``edit.get`` reads the working copy where that matters).
+    """
+
+    __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes", "plan", "settings",
+                 "spec", "labels", "multi_node_training")
+
+    def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, policy: ClassPolicy, warnings: list[str],
+                 missing_priority_classes: frozenset[str] = frozenset()) -> None:
+        self.edit = edit
+        self.profile = profile
+        self.rules = rules
+        self.policy = policy
+        self.warnings = warnings
+        self.missing_priority_classes = missing_priority_classes
+        self.plan: ClassMutation = policy.mutate
+        self.settings: MutationSettings = rules.mutation
+        self.spec: dict[str, Any] = podview.spec(edit.doc)
+        facts = profile.facts
+        self.labels: Mapping[str, str] = facts.labels if facts is not None else podview.labels(edit.doc)
+        self.multi_node_training: bool = profile.workload == "training" and profile.multi_node
 
     @property
     def pod(self) -> dict[str, Any]:
         return self.edit.doc
-
-    @property
-    def plan(self) -> ClassMutation:
-        return self.policy.mutate
-
-    @property
-    def settings(self) -> MutationSettings:
-        return self.rules.mutation
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return podview.spec(self.pod)
-
-    @property
-    def multi_node_training(self) -> bool:
-        return self.profile.workload == "training" and self.profile.multi_node
 
     def app_containers(self) -> list[ContainerRef]:
         """(path, container) of the app containers, with their indexes in the pod."""
@@ -77,12 +75,6 @@ class _Context:
         edit = self.edit
         return [(path, edit.get(path)) for path in (("spec", kind, index)
                                                      for kind, index in self.profile.accelerator_containers)]
-
-    @property
-    def labels(self) -> Mapping[str, str]:
-        """The pod's labels as it arrived (the steps add none that they read)."""
-        facts = self.profile.facts
-        return facts.labels if facts is not None else podview.labels(self.pod)
 
     def job_label(self) -> tuple[str, str] | None:
         labels = self.labels
@@ -162,10 +154,9 @@ def add_nccl_env(ctx: _Context) -> None:
             ctx.warnings.append(f'container "{container.get("name", "?")}" uses envFrom, which an added env would '
                                 f"override; NCCL defaults were not added to it")
             continue
-        present = set(podview.container_env(container))
-        for name, value in ctx.plan.nccl_env:
-            if name not in present:
-                ctx.edit.append((*path, "env"), {"name": name, "value": value})
+        present = podview.container_env(container)
+        ctx.edit.extend((*path, "env"), [{"name": name, "value": value} for name, value in ctx.plan.nccl_env
+                                         if name not in present])
 
 
 def set_priority(ctx: _Context) -> None:
@@ -205,10 +196,12 @@ def add_tolerations(ctx: _Context) -> None:
         wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted(ctx.profile.gpus)]
     wanted += ctx.plan.tolerations
     present = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
+    added: list[dict[str, Any]] = []
     for toleration in wanted:
         if not any(_covers(e, toleration) for e in present):
-            ctx.edit.append(("spec", "tolerations"), dict(toleration))
-            present.append(dict(toleration))
+            added.append(dict(toleration))
+            present.append(toleration)
+    ctx.edit.extend(("spec", "tolerations"), added)
 
 
 def pin_model(ctx: _Context) -> None:

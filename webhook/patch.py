@@ -116,6 +116,16 @@ class Editor:
             self._owned.add(id(current))
         current.append(value)
 
+    def extend(self, path: Path, values: list[Any]) -> None:
+        """Append each of ``values`` to the list at ``path``; an absent list is added whole, in one operation."""
+        if not values:
+            return
+        if not isinstance(self.get(path), list):
+            self.set(path, list(values))
+            return
+        for value in values:
+            self.append(path, value)
+
     def remove(self, path: Path) -> None:
         parent = self.get(path[:-1])
         if isinstance(parent, dict) and path[-1] in parent:
