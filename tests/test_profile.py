@@ -141,6 +141,15 @@ def test_multi_node_annotation_and_world_size(rules: Rules) -> None:
     assert build_profile(forced, rules).multi_node is True
 
 
+def test_a_variable_set_twice_in_a_container_takes_the_later_value_as_the_kubelet_does(rules: Rules) -> None:
+    twice = pod({"name": "t", "env": [{"name": "WORLD_SIZE", "value": "1"}, {"name": "WORLD_SIZE", "value": "4"}],
+                 "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                {"name": "u", "env": [{"name": "WORLD_SIZE", "value": "8"}]},
+                annotations={"ai-admission.io/workload-type": "training"})
+    profile = build_profile(twice, rules)
+    assert (profile.multi_node, profile.multi_node_reason) == (True, "env WORLD_SIZE=4")  # first container wins
+
+
 def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -> None:
     from webhook.mutate import mutate_pod
 

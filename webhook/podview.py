@@ -72,19 +72,11 @@ def container_env(container: Mapping[str, Any]) -> dict[str, str | None]:
 
 
 def pod_env(pod: Mapping[str, Any]) -> dict[str, str | None]:
-    """The env of every app container merged, the first container's value winning (signals such as WORLD_SIZE
-    may be on any of them); same value rules as `container_env`."""
+    """The env of every app container merged (signals such as WORLD_SIZE may be on any of them)."""
     merged: dict[str, str | None] = {}
     for container in containers(pod):
-        env = container.get("env")
-        if not isinstance(env, list):
-            continue
-        for item in env:
-            if isinstance(item, dict):
-                name = item.get("name")
-                if isinstance(name, str) and name not in merged:
-                    value = item.get("value")
-                    merged[name] = value if isinstance(value, str) else None
+        for name, value in container_env(container).items():
+            merged.setdefault(name, value)
     return merged
 
 
