@@ -8,7 +8,6 @@ person can read in ``kubectl get pod -o yaml`` or in a denial message.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
 
 from . import names
 from .hints import Hints
@@ -25,22 +24,22 @@ class Classification:
     source: str  # "annotation" | "signal" | "default" | "none"
 
 
-def _match(signal: Signal, *, labels: Mapping[str, str], owners: list[dict[str, Any]],
-           env: Callable[[], Mapping[str, str | None]]) -> list[str] | None:
-    """The evidence for each condition of ``signal``, or None when one does not hold."""
+def _match(signal: Signal, facts: PodFacts) -> list[str] | None:
+    """The evidence for each condition of ``signal``, or None when one does not hold (the pod's merged env is
+    built only if a signal gets as far as needing it)."""
     evidence: list[str] = []
     if signal.owners:
-        owner = next((o for o in owners if any(m.matches(o) for m in signal.owners)), None)
+        owner = next((o for o in facts.owners if any(m.matches(o) for m in signal.owners)), None)
         if owner is None:
             return None
         evidence.append(f"owner {owner.get('kind')}/{owner.get('name', '')}".rstrip("/"))
     for label_match in signal.labels:
-        found = label_match.matches(labels)
+        found = label_match.matches(facts.labels)
         if found is None:
             return None
         evidence.append(f"label {found}")
     for env_match in signal.env:
-        found = env_match.matches(env())
+        found = env_match.matches(facts.env)
         if found is None:
             return None
         evidence.append(f"env {found}")
@@ -52,12 +51,7 @@ def classify(facts: PodFacts, *, rules: Rules, hints: Hints, has_accelerator: bo
         return Classification(hints.workload_type, f"annotation {names.WORKLOAD_TYPE}={hints.workload_type}",
                               "annotation")
     labels = facts.labels
-    owners = facts.owners
-    owner_kinds = {o["kind"] for o in owners if isinstance(o.get("kind"), str)}
-
-    def env() -> Mapping[str, str | None]:  # merged container env, built only if a signal needs it
-        return facts.env
-
+    owner_kinds = {o["kind"] for o in facts.owners if isinstance(o.get("kind"), str)}
     signals = rules.signals
     for index in rules.signal_index.candidates(labels, owner_kinds):
         signal = signals[index]
@@ -65,7 +59,7 @@ def classify(facts: PodFacts, *, rules: Rules, hints: Hints, has_accelerator: bo
                 or (signal.owner_kinds and signal.owner_kinds.isdisjoint(owner_kinds))
                 or not signal.label_keys <= labels.keys()):
             continue
-        evidence = _match(signal, labels=labels, owners=owners, env=env)
+        evidence = _match(signal, facts)
         if evidence is not None:
             return Classification(signal.workload, ", ".join(evidence), "signal")
     if has_accelerator:

@@ -56,8 +56,7 @@ class _Context:
         self.plan: ClassMutation = policy.mutate
         self.settings: MutationSettings = rules.mutation
         self.spec: dict[str, Any] = podview.spec(edit.doc)
-        facts = profile.facts
-        self.labels: Mapping[str, str] = facts.labels if facts is not None else podview.labels(edit.doc)
+        self.labels: Mapping[str, str] = profile.facts.labels
         self.multi_node_training: bool = profile.workload == "training" and profile.multi_node
 
     @property
@@ -326,9 +325,7 @@ def record_profile(ctx: _Context) -> None:
         return
     ctx.edit.setdefault(("metadata", "labels", names.WORKLOAD_TYPE), ctx.profile.workload)
     summary = _summary_text(*_summary_key(ctx.profile))
-    facts = ctx.profile.facts
-    annotations = facts.annotations if facts is not None else podview.annotations(ctx.pod)
-    if annotations.get(names.PROFILE) != summary:
+    if ctx.profile.facts.annotations.get(names.PROFILE) != summary:
         ctx.edit.set(("metadata", "annotations", names.PROFILE), summary)
 
 

@@ -43,17 +43,20 @@ class Editor:
                 return None
         return node
 
+    def _own(self, node: Any, key: str | int, child: Any) -> Any:
+        """``child``, which is ``node[key]``, made safe to change: copied shallowly into ``node`` unless this
+        editor made it."""
+        if id(child) not in self._owned:
+            child = dict(child) if isinstance(child, dict) else list(child)
+            node[key] = child
+            self._owned.add(id(child))
+        return child
+
     def _writable(self, path: Path) -> Any:
         """The container at ``path``, copied (shallowly, with its ancestors) unless this editor made it."""
         node: Any = self.doc
-        owned = self._owned
         for key in path:
-            child = node[key]
-            if id(child) not in owned:
-                child = dict(child) if isinstance(child, dict) else list(child)
-                node[key] = child
-                owned.add(id(child))
-            node = child
+            node = self._own(node, key, node[key])
         return node
 
     def _parent(self, path: Path, leaf: Any) -> Any:
@@ -64,17 +67,11 @@ class Editor:
         the nested value holding ``leaf`` is added in one operation instead and None is returned.
         """
         node: Any = self.doc
-        owned = self._owned
-        last = len(path) - 1
-        for depth in range(last):
+        for depth in range(len(path) - 1):
             key = path[depth]
             child = node.get(key) if isinstance(node, dict) else node[key]
             if isinstance(child, dict) if isinstance(path[depth + 1], str) else isinstance(child, list):
-                if id(child) not in owned:
-                    child = dict(child) if isinstance(child, dict) else list(child)
-                    node[key] = child
-                    owned.add(id(child))
-                node = child
+                node = self._own(node, key, child)
                 continue
             nested: Any = leaf
             for inner in reversed(path[depth + 1:]):
@@ -110,11 +107,7 @@ class Editor:
             parent[key] = [value]
             return
         self._record("add", (*path, "-"), value)
-        if id(current) not in self._owned:
-            current = list(current)
-            parent[key] = current
-            self._owned.add(id(current))
-        current.append(value)
+        self._own(parent, key, current).append(value)
 
     def extend(self, path: Path, values: list[Any]) -> None:
         """Append each of ``values`` to the list at ``path``; an absent list is added whole, in one operation."""
@@ -134,5 +127,5 @@ class Editor:
 
     def _record(self, op: str, path: Path, value: Any) -> None:
         # No copy needed: a value inserted here is never marked as owned, so a later edit inside it copies it
-        # first (`_parent`, `_writable`); the recorded operation keeps the value as it was.
+        # first (`_own`); the recorded operation keeps the value as it was.
         self.ops.append({"op": op, "path": pointer(path), "value": value})

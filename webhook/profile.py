@@ -41,11 +41,11 @@ class Profile:
     preemptible: bool
     multi_node: bool
     multi_node_reason: str | None
+    facts: PodFacts = field(repr=False, compare=False)  # the pod's parts as read once, for later steps
     problems: tuple[Finding, ...] = field(default=())
     accelerator_containers: tuple[ContainerKey, ...] = ()  # init containers first, each list in order
     pinned_model: str | None = None          # what the pod's own nodeSelector/affinity pins, if anything
     pinned_where: str | None = None
-    facts: PodFacts | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory_source(self) -> str | None:
@@ -131,6 +131,7 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Call
 
 
 ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
+
 
 def _asking(facts: PodFacts, kind: str, rules: Rules, problems: list[Finding],
             users: list[ContainerKey]) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:

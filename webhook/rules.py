@@ -7,6 +7,7 @@ A bad file raises `RulesError` whose one-line message names the file, the path i
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import jsonschema
 import yaml
@@ -24,7 +25,11 @@ from .quantity import QuantityError, parse_quantity
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
 MODES = ("deny", "warn", "audit")
 RULES_ENV = "AI_ADMISSION_RULES"
-_MEMO_SIZE = 1024
+
+
+def _remembered(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``test`` with its answers remembered, for a bounded number of recent arguments (they come from requests)."""
+    return functools.lru_cache(maxsize=1024)(test)
 
 
 class RulesError(Exception):
@@ -135,17 +140,12 @@ class LabelMatch:
     key_pattern: re.Pattern[str] | None
     values: frozenset[str] | None
     value_pattern: re.Pattern[str] | None
-    # label key -> does key_pattern match it; a cluster uses a small vocabulary of label keys
-    _keys: dict[str, bool] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # does key_pattern match this label key (remembered: a cluster uses a small vocabulary of label keys)
+    _key_matches: Callable[[str], bool] = field(init=False, repr=False, compare=False)
 
-    def _key_matches(self, key: str) -> bool:
-        known = self._keys.get(key)
-        if known is None:
-            assert self.key_pattern is not None
-            known = bool(self.key_pattern.search(key))
-            if len(self._keys) < _MEMO_SIZE:
-                self._keys[key] = known
-        return known
+    def __post_init__(self) -> None:
+        pattern = self.key_pattern
+        object.__setattr__(self, "_key_matches", _remembered(lambda key: bool(pattern and pattern.search(key))))
 
     def matches(self, labels: Mapping[str, str]) -> str | None:
         """Return the matching ``key=value`` text, or None."""
@@ -287,20 +287,18 @@ class Rules:
     warn_tensor_parallel_over_pcie: bool
     mutation: MutationSettings = field(default_factory=MutationSettings)
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
-    # resource name -> is it an accelerator; every container names cpu and memory, which need no regex each time
-    _accelerators: dict[Any, bool] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # is this resource name an accelerator (remembered: every container names cpu and memory)
+    is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_accelerator", _remembered(self._names_accelerator))
 
     def find_model(self, name: str) -> GpuModel | None:
         return self.model_index.get(normalize_model_name(name))
 
-    def is_accelerator(self, resource: Any) -> bool:
-        known = self._accelerators.get(resource)
-        if known is None:
-            known = isinstance(resource, str) and (
-                resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource)))
-            if len(self._accelerators) < _MEMO_SIZE:  # names come from requests: bound what is remembered
-                self._accelerators[resource] = known
-        return known
+    def _names_accelerator(self, resource: Any) -> bool:
+        return isinstance(resource, str) and (
+            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource)))
 
 
 def normalize_model_name(name: str) -> str:
