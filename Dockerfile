@@ -2,12 +2,13 @@
 # Build: docker build -t ai-admission:0.1.0 .   (kind: kind load docker-image ai-admission:0.1.0)
 
 FROM python:3.11-slim AS build
-# Compilers and make live only in this stage (some dependencies may build from source).
+# Compilers and make live only in this stage: mypyc compiles the admission core here (setup.py), and some
+# dependencies may build from source. The final stage gets the compiled modules, not the compiler.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY setup.cfg pyproject.toml README.md Makefile ./
+COPY setup.cfg setup.py pyproject.toml README.md Makefile ./
 COPY webhook ./webhook
 COPY certs/__init__.py certs/kube.py ./certs/
 COPY rules/default.yaml ./rules/default.yaml

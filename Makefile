@@ -6,20 +6,39 @@ STAMP  := $(VENV)/.installed
 
 WHEELS ?= dist/wheels
 
-.PHONY: serve test venv clean wheels install-wheels bench
+# The admission core compiled with mypyc next to its sources (see setup.py); rebuilt when any source changes.
+COMPILED := $(VENV)/.compiled
 
-$(STAMP): setup.cfg pyproject.toml
+.PHONY: serve test venv compile pure clean wheels install-wheels bench
+
+# The editable install itself stays interpreted; `compile` builds the compiled modules in place, once.
+$(STAMP): setup.cfg pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	AI_ADMISSION_PURE_PYTHON=1 $(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-serve: $(STAMP)
+# Without a C compiler the build fails and ai-admission runs interpreted: slower, the same verdicts.
+# The touch: an edit that leaves the generated C as it was (a comment) is not relinked, and the modules must
+# not look older than their sources (webhook.compiled refuses stale ones).
+$(COMPILED): $(STAMP) $(wildcard webhook/*.py)
+	@echo "compiling the admission core with mypyc (a minute or two, then only after a change)"
+	@$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 && touch webhook/*.so \
+	  || { $(MAKE) --no-print-directory pure; echo "warning: compiling failed (see $(VENV)/compile.log); running interpreted"; }
+	@touch $(COMPILED)
+
+compile: $(COMPILED)
+
+# Drop the compiled modules from the checkout (`make compile` brings them back).
+pure:
+	rm -f webhook/*.so $(COMPILED)
+
+serve: $(COMPILED)
 	exec $(BIN)/ai-admission serve
 
-test: $(STAMP)
+test: $(COMPILED)
 	$(BIN)/python -m pytest
 
 # The image's install steps (the Dockerfile runs these two, and so does the test of the image's install):
@@ -31,9 +50,9 @@ install-wheels:
 	$(PYTHON) -m pip install --quiet --no-index --find-links $(WHEELS) ai-admission
 
 # Load test against the running server and a minimal Flask app (same gunicorn config); see BENCHMARKS.md.
-bench: $(STAMP)
+bench: $(COMPILED)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
 
-clean:
-	rm -rf $(VENV) certs/dev .pytest_cache dist
+clean: pure
+	rm -rf $(VENV) certs/dev .pytest_cache dist build

@@ -16,6 +16,7 @@ from pathlib import Path
 import requests
 
 from certs import ensure_dev_certs
+from setup import CORE
 from tests.conftest import ROOT, free_port
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -93,6 +94,8 @@ def test_the_image_install_works(tmp_path: Path) -> None:
                 time.sleep(0.2)
         assert ready.status_code == 200
         assert ready.json()["rules"].endswith("site-packages/webhook/default_rules.yaml")
+        # the wheel carries the admission core compiled (setup.py), and the server runs it
+        assert set(ready.json()["compiled"]) == {Path(m).stem for m in CORE}
     finally:
         server.terminate()
         server.wait(timeout=15)

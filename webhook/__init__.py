@@ -6,3 +6,7 @@ request (`review`) -> pod (`podview`) -> profile (`classify`, `profile`) -> deci
 """
 
 __version__ = "0.1.0"
+
+from .compiled import check_fresh as _check_fresh
+
+_check_fresh()

@@ -23,7 +23,7 @@ VALIDATE = "validate"
 MUTATE = "mutate"
 
 
-@dataclass(slots=True)
+@dataclass
 class Verdict:
     """What ai-admission decided about one pod, before it is put into any protocol."""
 
@@ -80,7 +80,7 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str) 
                        warnings=[f.message for f in findings if f.severity == "warn"])
 
 
-@dataclass(slots=True)
+@dataclass
 class TemplateVerdict:
     path: str
     pod: dict[str, Any]

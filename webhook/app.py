@@ -22,6 +22,7 @@ from . import metrics, podview
 from .admission import MUTATE, VALIDATE, Verdict, decide, respond
 from .logs import AdmissionLog
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
+from .compiled import running_compiled
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
 from .rules import MODES, Rules, default_rules_path, load_rules
@@ -176,7 +177,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
         tls = _tls_status()
         ready = current is not None and (tls is None or tls["ok"])
         detail: dict[str, Any] = {"status": "ready" if ready else "not ready",
-                                  "rules": current.source if current else None}
+                                  "rules": current.source if current else None,
+                                  "compiled": running_compiled()}
         if rules_watch and rules_watch.last_error:
             detail["rulesReloadError"] = rules_watch.last_error
         if tls is not None:

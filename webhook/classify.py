@@ -17,7 +17,7 @@ from .rules import Rules, Signal
 NONE = "none"
 
 
-@dataclass(slots=True)
+@dataclass
 class Classification:
     workload: str
     reason: str

@@ -45,7 +45,8 @@ def list_priority_classes() -> set[str]:
     except config.ConfigException:
         config.load_kube_config()
     with client.ApiClient() as api:
-        return {item.metadata.name for item in client.SchedulingV1Api(api).list_priority_class().items}
+        items = client.SchedulingV1Api(api).list_priority_class().items
+        return {item.metadata.name for item in items if item.metadata and item.metadata.name}
 
 
 class PriorityClassWatch(Poller):

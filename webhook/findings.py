@@ -8,7 +8,7 @@ from typing import Literal
 Severity = Literal["deny", "warn"]
 
 
-@dataclass(slots=True)
+@dataclass
 class Finding:
     """One problem. ``deny`` findings reject in deny mode; ``warn`` findings are always warnings.
 

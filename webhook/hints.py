@@ -19,7 +19,7 @@ _TRUE = {"true", "yes", "1"}
 _FALSE = {"false", "no", "0"}
 
 
-@dataclass(slots=True)
+@dataclass
 class Hints:
     workload_type: str | None = None
     gpu_model: str | None = None

@@ -25,7 +25,7 @@ SHM_PATH = "/dev/shm"
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
-@dataclass(slots=True)
+@dataclass
 class Mutation:
     pod: dict[str, Any]  # shares unchanged subtrees with the input: read it, do not modify it
     patch: list[dict[str, Any]]
@@ -194,7 +194,7 @@ def add_tolerations(ctx: _Context) -> None:
     if ctx.settings.gpu_tolerations:
         wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted(ctx.profile.gpus)]
     wanted += ctx.plan.tolerations
-    present = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
+    present: list[Mapping[str, Any]] = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
     added: list[dict[str, Any]] = []
     for toleration in wanted:
         if not any(_covers(e, toleration) for e in present):

@@ -35,7 +35,7 @@ def labels(pod: Mapping[str, Any]) -> dict[str, str]:
     return string_map(metadata(pod).get("labels"))
 
 
-def annotations(pod: Mapping[str, Any]) -> dict[str, str]:
+def annotation_map(pod: Mapping[str, Any]) -> dict[str, str]:
     return string_map(metadata(pod).get("annotations"))
 
 

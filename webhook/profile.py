@@ -23,10 +23,11 @@ from .rules import GpuModel, Rules
 _GB = Decimal(10**9)
 
 
-# The per-request records (this, Hints, Classification, Finding, Verdict, AdmissionRequest) are slotted dataclasses
-# that nothing modifies once built; they are not frozen because a frozen dataclass costs about four times as much
-# to construct (every field set through object.__setattr__), which was several percent of a request.
-@dataclass(slots=True)
+# The per-request records (this, Hints, Classification, Finding, Verdict, AdmissionRequest) are plain dataclasses
+# that nothing modifies once built. Not frozen: a frozen dataclass sets every field through object.__setattr__,
+# about four times the construction cost. Not slots=True either: that makes dataclasses build a new class, which
+# mypyc cannot compile as a native class, so every construction ran a generated __init__ in the interpreter.
+@dataclass
 class Profile:
     classification: Classification
     hints: Hints

@@ -43,7 +43,7 @@ class ResponseDict(TypedDict, total=False):
     auditAnnotations: dict[str, str]
 
 
-@dataclass(slots=True)
+@dataclass
 class AdmissionRequest:
     """The parts of ``AdmissionReview.request`` the webhook uses, checked for type."""
 
@@ -71,6 +71,10 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def parse_review(body: Any) -> AdmissionRequest:
     """Check the envelope and return the request; raise `ReviewError` saying what is wrong."""
     if not isinstance(body, dict):
@@ -88,8 +92,8 @@ def parse_review(body: Any) -> AdmissionRequest:
     operation = request.get("operation")
     if not isinstance(operation, str) or not operation:
         raise ReviewError("AdmissionReview request has no operation")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    resource = request.get("resource") if isinstance(request.get("resource"), dict) else {}
+    kind = _map(request.get("kind"))
+    resource = _map(request.get("resource"))
     obj = request.get("object")
     old = request.get("oldObject")
     if obj is not None and not isinstance(obj, dict):

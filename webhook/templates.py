@@ -16,7 +16,7 @@ from . import podview
 PodTemplate = Mapping[str, Any]
 
 
-@dataclass(slots=True)
+@dataclass
 class Template:
     """One pod template: where it sits in the object, and the pod it stands for."""
 
@@ -25,7 +25,7 @@ class Template:
     template: PodTemplate
 
 
-@dataclass(slots=True)
+@dataclass
 class _Owner:
     api_version: str
     kind: str
@@ -117,11 +117,11 @@ def _train_job(obj: Mapping[str, Any]) -> Iterator[Template]:
             container[key] = trainer[key]
     if "resourcesPerNode" in trainer:
         container["resources"] = trainer["resourcesPerNode"]
-    annotations = {**podview.string_map(spec.get("annotations")), **podview.annotations(obj)}
+    notes = {**podview.string_map(spec.get("annotations")), **podview.annotation_map(obj)}
     num_nodes = trainer.get("numNodes")
     if isinstance(num_nodes, int) and num_nodes > 1:
-        annotations.setdefault("ai-admission.io/multi-node", "true")
-    template = {"metadata": {"labels": podview.string_map(spec.get("labels")), "annotations": annotations},
+        notes.setdefault("ai-admission.io/multi-node", "true")
+    template = {"metadata": {"labels": podview.string_map(spec.get("labels")), "annotations": notes},
                 "spec": {"containers": [container]}}
     labels = {"jobset.sigs.k8s.io/jobset-name": _name(obj)}
     yield Template("spec.trainer", _pod(obj, template, owner=_Owner("batch/v1", "Job", _name(obj)), labels=labels),
@@ -165,7 +165,7 @@ def _inference_service(obj: Mapping[str, Any]) -> Iterator[Template]:
     spec = {k: predictor[k] for k in _PREDICTOR_POD_FIELDS if k in predictor}
     spec["containers"] = containers
     template = {"metadata": {"labels": podview.string_map(predictor.get("labels")),
-                             "annotations": {**podview.annotations(obj),
+                             "annotations": {**podview.annotation_map(obj),
                                              **podview.string_map(predictor.get("annotations"))}},
                 "spec": spec}
     labels = {"serving.kserve.io/inferenceservice": _name(obj), "component": "predictor",

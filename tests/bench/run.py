@@ -31,6 +31,7 @@ from certs import ensure_dev_certs
 from tests.conftest import ROOT, free_port
 from tests.fixtures import POD_CASES
 from tests.reviews import admission_review
+from webhook.compiled import built_modules
 
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
 
@@ -198,6 +199,13 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
+def build() -> str:
+    """Whether the servers run the compiled admission core (the bench starts them from this checkout)."""
+    built = built_modules()
+    return (f"admission core compiled with mypyc ({len(built)} modules)" if built
+            else "admission core interpreted (no compiled modules; `make compile` builds them)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=int(os.environ.get("BENCH_SECONDS", "10")))
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     rules_ratio = ratio("rules with 118 signals, 1 connection", "default rules (18 signals), 1 connection", "p50")
     errors = sum(r.errors for runs in results.values() for r in runs)
     report = "\n".join([
-        f"Machine: {machine()}. wrk {args.wrk_threads} thread(s) on the same machine, TLS, keep-alive, "
+        f"Machine: {machine()}; {build()}. wrk {args.wrk_threads} thread(s) on the same machine, TLS, keep-alive, "
         f"{args.runs} runs x {args.seconds} s each (after a 1 s warm-up), the compared configurations measured in "
         f"turns; latency percentiles from the median run; CPU is the workers' user + system time per request "
         f"(median run).",
