@@ -15,6 +15,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 RUNTIME_SUFFIX = "__mypyc"  # mypyc's runtime library that the compiled modules share
+_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)  # ".cpython-311-x86_64-linux-gnu.so", ".abi3.so", ...
 
 
 def _stem(path: Path) -> str:
@@ -23,8 +24,7 @@ def _stem(path: Path) -> str:
 
 def compiled_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
     """The extension modules in the package directory (``profile.cpython-311-x86_64-linux-gnu.so``, ...)."""
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    return sorted(p for p in package_dir.iterdir() if p.name.endswith(suffixes))
+    return sorted(p for p in package_dir.iterdir() if p.name.endswith(_EXTENSIONS))
 
 
 def built_modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
@@ -36,9 +36,10 @@ def stale(package_dir: Path = PACKAGE_DIR) -> list[str]:
     """The compiled modules whose source changed after they were built."""
     found = []
     for built in compiled_files(package_dir):
-        source = built.with_name(_stem(built) + ".py")
+        name = _stem(built)
+        source = built.with_name(name + ".py")
         if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
-            found.append(_stem(built))
+            found.append(name)
     return found
 
 
@@ -54,7 +55,6 @@ def check_fresh(package_dir: Path = PACKAGE_DIR) -> None:
 
 def running_compiled() -> list[str]:
     """The webhook modules loaded from compiled extensions (empty when running interpreted)."""
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     return sorted(name.removeprefix("webhook.") for name, module in list(sys.modules.items())
                   if name.startswith("webhook.") and not name.endswith(RUNTIME_SUFFIX)
-                  and str(getattr(module, "__file__", "")).endswith(suffixes))
+                  and str(getattr(module, "__file__", "")).endswith(_EXTENSIONS))

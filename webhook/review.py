@@ -14,6 +14,8 @@ from typing import Any, Mapping, Sequence, TypedDict
 
 import orjson
 
+from .podview import as_dict
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_WARNING_CHARS = 256  # the API server may truncate longer warnings
 
@@ -71,10 +73,6 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _map(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def parse_review(body: Any) -> AdmissionRequest:
     """Check the envelope and return the request; raise `ReviewError` saying what is wrong."""
     if not isinstance(body, dict):
@@ -92,8 +90,8 @@ def parse_review(body: Any) -> AdmissionRequest:
     operation = request.get("operation")
     if not isinstance(operation, str) or not operation:
         raise ReviewError("AdmissionReview request has no operation")
-    kind = _map(request.get("kind"))
-    resource = _map(request.get("resource"))
+    kind = as_dict(request.get("kind"))
+    resource = as_dict(request.get("resource"))
     obj = request.get("object")
     old = request.get("oldObject")
     if obj is not None and not isinstance(obj, dict):
