@@ -9,7 +9,7 @@ WHEELS ?= dist/wheels
 # The admission core compiled with mypyc next to its sources (see setup.py); rebuilt when any source changes.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: serve test venv compile pure clean wheels install-wheels bench
+.PHONY: serve test venv compile pure clean wheels install-wheels bench mutation
 
 # The editable install itself stays interpreted; `compile` builds the compiled modules in place, once.
 $(STAMP): setup.cfg pyproject.toml setup.py
@@ -20,14 +20,15 @@ $(STAMP): setup.cfg pyproject.toml setup.py
 
 venv: $(STAMP)
 
-# Without a C compiler the build fails and ai-admission runs interpreted: slower, the same verdicts.
+# Without a C compiler the build fails and ai-admission runs interpreted: slower, the same verdicts. The stamp
+# records which build this is ("compiled" or "pure"), and the tests check that the server runs exactly that.
 # The touch: an edit that leaves the generated C as it was (a comment) is not relinked, and the modules must
 # not look older than their sources (webhook.compiled refuses stale ones).
 $(COMPILED): $(STAMP) $(wildcard webhook/*.py)
 	@echo "compiling the admission core with mypyc (a minute or two, then only after a change)"
 	@$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 && touch webhook/*.so \
 	  || { $(MAKE) --no-print-directory pure; echo "warning: compiling failed (see $(VENV)/compile.log); running interpreted"; }
-	@touch $(COMPILED)
+	@if ls webhook/*.so >/dev/null 2>&1; then echo compiled; else echo pure; fi >$(COMPILED)
 
 compile: $(COMPILED)
 
@@ -54,5 +55,16 @@ bench: $(COMPILED)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
 
+# Mutation testing of the policy core with mutmut (see README, Testing); not part of `make test` or CI: it runs
+# the fast in-process tests against each of about 1,600 mutants (settings under [mutmut] in setup.cfg). It
+# works on an interpreted copy in .mutation/, where no compiled module can shadow a mutated source.
+MUTATION := .mutation
+mutation: $(STAMP)
+	$(BIN)/pip install --quiet 'mutmut>=3.8,<4'
+	rm -rf $(MUTATION) && mkdir -p $(MUTATION)
+	tar --exclude='*.so' --exclude=__pycache__ -cf - webhook tests rules certs setup.cfg pyproject.toml | tar -xf - -C $(MUTATION)
+	cd $(MUTATION) && ../$(BIN)/mutmut run --max-children 2 >mutmut.log 2>&1; ../$(BIN)/mutmut results
+	@echo "survivors: cd $(MUTATION) && ../$(BIN)/mutmut show <name>; the whole log: $(MUTATION)/mutmut.log"
+
 clean: pure
-	rm -rf $(VENV) certs/dev .pytest_cache dist build
+	rm -rf $(VENV) certs/dev .pytest_cache dist build $(MUTATION)

@@ -1,13 +1,20 @@
-"""The test session starts the real webhook (gunicorn, TLS, the shipped config) once and talks HTTPS to it."""
+"""The test session starts the real webhook (gunicorn, TLS, the shipped config) once and talks HTTPS to it.
+
+An internal error is a bug: the server admits the pod unchecked and says so in a warning, which a test that
+asserts only ``allowed`` would pass. So every server started here is watched, and a test fails when a response
+it received carries that warning, or a server's ``ai_admission_internal_errors_total`` grew while it ran
+(`_no_internal_errors` below; a test that wants one says so with ``@pytest.mark.internal_errors``).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,6 +22,7 @@ import pytest
 import requests
 
 from certs import ensure_dev_certs
+from webhook.app import INTERNAL_ERROR_WARNING
 from webhook.rules import Rules, load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,24 +35,67 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+_INTERNAL_ERRORS_METRIC = re.compile(r"^ai_admission_internal_errors_total (\S+)$", re.MULTILINE)
+
+
 @dataclass
 class Server:
-    """A running webhook: its base URL, the CA to verify it with, and the gunicorn master process."""
+    """A running webhook: its base URL, the CA to verify it with, and the gunicorn master process.
+
+    It collects evidence of internal errors for the guard that fails the test (`_no_internal_errors`):
+    responses that carried the internal-error warning, and growth of the server's internal-error count.
+    """
 
     url: str
     ca: str
     process: subprocess.Popen[bytes]
     log: Path
+    problems: list[str] = field(default_factory=list)
+    errors_seen: float = 0.0  # ai_admission_internal_errors_total when last read
+    used: bool = False  # talked to since the count was last read
 
     def post(self, path: str, body: Any = None, *, data: bytes | None = None,
              headers: dict[str, str] | None = None, timeout: float = 10) -> requests.Response:
         # verify= on each call: REQUESTS_CA_BUNDLE would override a Session's verify.
+        self.used = True
         if data is None:
-            return requests.post(self.url + path, json=body, headers=headers, verify=self.ca, timeout=timeout)
-        return requests.post(self.url + path, data=data, headers=headers, verify=self.ca, timeout=timeout)
+            answer = requests.post(self.url + path, json=body, headers=headers, verify=self.ca, timeout=timeout)
+        else:
+            answer = requests.post(self.url + path, data=data, headers=headers, verify=self.ca, timeout=timeout)
+        if answer.status_code == 200 and INTERNAL_ERROR_WARNING.encode() in answer.content:
+            response = answer.json().get("response") or {}
+            if any(INTERNAL_ERROR_WARNING in w for w in response.get("warnings") or []):
+                self.problems.append(f"the response to uid {response.get('uid')} carried the internal-error warning")
+        return answer
 
     def get(self, path: str) -> requests.Response:
+        self.used = True
         return requests.get(self.url + path, verify=self.ca, timeout=10)
+
+    def internal_error_count(self) -> float:
+        """``ai_admission_internal_errors_total`` summed over the workers (counted at once, not batched)."""
+        text = requests.get(self.url + "/metrics", verify=self.ca, timeout=10).text
+        match = _INTERNAL_ERRORS_METRIC.search(text)
+        return float(match.group(1)) if match else 0.0
+
+    def collect(self) -> None:
+        """Read the internal-error count if the server was used since the last read and still runs."""
+        if not self.used or self.process.poll() is not None:
+            return
+        self.used = False
+        try:
+            count = self.internal_error_count()
+        except requests.RequestException:
+            return  # a server a test broke on purpose; that test says what it expects of it
+        if count > self.errors_seen:
+            self.problems.append(f"ai_admission_internal_errors_total grew from {self.errors_seen:g} to {count:g}")
+        self.errors_seen = count
+
+    def take_problems(self) -> list[str]:
+        self.collect()
+        found, self.problems = self.problems, []
+        return found
+
 
     def review(self, path: str, review: dict[str, Any]) -> dict[str, Any]:
         """POST a review, check the envelope, and return ``response``."""
@@ -61,6 +112,10 @@ class Server:
         return {int(pid) for pid in children}
 
 
+# Every server started in this session and not yet checked after being stopped (see `_no_internal_errors`).
+SERVERS: list[Server] = []
+
+
 def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, str] | None = None) -> Server:
     tls = ensure_dev_certs(tmp / "tls")
     port = free_port()
@@ -71,6 +126,7 @@ def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, st
     process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
                                stdout=log.open("wb"), stderr=subprocess.STDOUT)
     server = Server(url=f"https://127.0.0.1:{port}", ca=str(tls / "ca.crt"), process=process, log=log)
+    SERVERS.append(server)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -85,6 +141,8 @@ def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, st
 
 
 def stop_server(server: Server) -> None:
+    """Stop ``server``; its internal-error count is read first, so the guard still sees it."""
+    server.collect()
     server.process.terminate()
     try:
         server.process.wait(timeout=15)
@@ -102,3 +160,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def rules() -> Rules:
     return load_rules(RULES_FILE)
+
+
+@pytest.fixture(autouse=True)
+def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test when any webhook it talked to had an internal error (unless marked ``internal_errors``)."""
+    for server in SERVERS:  # what an earlier test (or a session fixture's set-up) caused is not this test's
+        server.take_problems()
+    yield
+    problems = []
+    for server in list(SERVERS):
+        problems += [f"{server.url}: {p}" for p in server.take_problems()]
+        if server.process.poll() is not None:
+            SERVERS.remove(server)
+    if problems and request.node.get_closest_marker("internal_errors") is None:
+        pytest.fail("internal error in the webhook (a bug; its traceback is in the server log):\n"
+                    + "\n".join(problems), pytrace=False)

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import Server, start_server, stop_server
 from tests.kubeapi import FakeKubeAPI
 from tests.reviews import admission_review, apply_patch
-from webhook.cluster import PriorityClassWatch
+from webhook.cluster import CHECK_ENV, PriorityClassWatch, watch_from_environment
 
 GPU_POD = {"metadata": {"name": "p", "annotations": {"ai-admission.io/gpu-memory": "8Gi"}},
            "spec": {"nodeSelector": {"gpu-type": "t4-16g"},
@@ -90,5 +90,34 @@ def test_api_errors_keep_the_last_answer() -> None:
     assert second.error == "RuntimeError: connection refused"
 
 
-def test_off_unless_enabled(server: Server) -> None:
-    assert "cluster" not in server.get("/readyz").json()
+def test_off_when_disabled(server: Server) -> None:
+    assert "cluster" not in server.get("/readyz").json()  # the test server runs with the check set to false
+
+
+@pytest.mark.parametrize(("setting", "in_cluster", "enabled"), [
+    (None, False, False),  # the default, auto: off outside a cluster
+    (None, True, True),    # auto inside a pod (the API server's address in the environment)
+    ("auto", True, True), ("false", True, False), ("true", False, True), ("TRUE", False, True),
+])
+def test_auto_is_on_only_inside_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None,
+                                          in_cluster: bool, enabled: bool) -> None:
+    with FakeKubeAPI() as api:
+        api.add("priorityclasses", priority_class("ai-training"))
+        monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path / "kubeconfig")))
+        if setting is None:
+            monkeypatch.delenv(CHECK_ENV, raising=False)
+        else:
+            monkeypatch.setenv(CHECK_ENV, setting)
+        if in_cluster:
+            monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        else:
+            monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        watch = watch_from_environment(lambda: ["ai-training", "ai-batch"])
+        try:
+            assert (watch is not None) is enabled
+            if watch is not None:  # it really polls the API (in-cluster config is absent here: the kubeconfig)
+                eventually(lambda: watch.facts.checked)
+                assert watch.facts.missing_priority_classes == {"ai-batch"}
+        finally:
+            if watch is not None:
+                watch.stop()

@@ -1,4 +1,4 @@
-"""Every fixture pod, posted over HTTPS to the real server: verdict, message, warnings and reason codes."""
+"""Every fixture pod, posted over HTTPS to the real server (and through the core in-process): its whole outcome."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import copy
 import pytest
 
 from tests.conftest import Server
-from tests.fixtures import PodCase, pod_cases
+from tests.fixtures import PodCase, assert_warnings, pod_cases
 from tests.reviews import admission_review, assert_valid_pod
+from webhook.admission import judge_pod, mutate_verdict, object_subject
 from webhook.profile import build_profile
 from webhook.rules import Rules
 
@@ -35,12 +36,7 @@ def test_validate_verdict_and_message(server: Server, case: PodCase, api_version
         assert fragment in message, f"{fragment!r} not in {message!r}"
     for fragment in case.absent:
         assert fragment not in message
-    warnings = response.get("warnings", [])
-    if case.warnings is not None:
-        for fragment in case.warnings:
-            assert any(fragment in w for w in warnings), f"{fragment!r} not in {warnings!r}"
-        if not case.warnings:
-            assert warnings == []
+    assert_warnings(response.get("warnings", []), case.warnings)
 
 
 @pod_cases()
@@ -63,5 +59,20 @@ def test_warn_mode_turns_denials_into_warnings(server: Server, case: PodCase) ->
 def test_profile_class(case: PodCase, rules: Rules) -> None:
     profile = build_profile(case.pod, rules)
     assert profile.workload == case.workload, profile.classification.reason
-    if case.multi_node is not None:
-        assert profile.multi_node is case.multi_node
+    assert profile.multi_node is case.multi_node
+
+
+@pod_cases()
+def test_core_gives_the_whole_outcome(case: PodCase, rules: Rules) -> None:
+    """The same outcome from the functions the server calls, in-process (fast: mutation testing runs this)."""
+    namespace = case.namespace or case.pod["metadata"].get("namespace", "ml-team")
+    subject = object_subject(case.pod, kind="pod", namespace=namespace)
+    verdict = judge_pod(copy.deepcopy(case.pod), rules=rules, mode="deny", subject=subject)
+    assert verdict.allowed is case.allowed
+    assert [f.code for f in verdict.findings if f.severity == "deny"] == case.codes
+    for fragment in case.message:
+        assert fragment in (verdict.message or ""), f"{fragment!r} not in {verdict.message!r}"
+    assert_warnings(list(verdict.warnings), case.warnings)
+    mutation = mutate_verdict(copy.deepcopy(case.pod), rules=rules, mode="deny")
+    assert [dict(op) for op in mutation.patch] == case.patch
+    assert_warnings(list(mutation.warnings), case.mutation_warnings)

@@ -2,7 +2,7 @@
 
 The flow is one direction, a module per step:
 request (`review`) -> pod (`podview`) -> profile (`classify`, `profile`) -> decisions (`policy`)
--> patch (`mutate`, issue 3) -> response (`review.build_response`). Flask (`app`) only parses, calls and serialises.
+-> patch (`mutate`) -> response (`review.build_response`). Flask (`app`) only parses, calls and serialises.
 """
 
 __version__ = "0.1.0"

@@ -28,6 +28,7 @@ from .reload import INTERVAL_ENV, RulesWatch
 from .rules import MODES, Rules, default_rules_path, load_rules
 from .templates import EXTRACTORS
 
+INTERNAL_ERROR_WARNING = "ai-admission had an internal error and admitted this pod unchecked"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a review carries object and oldObject
 log = logging.getLogger("ai_admission")
 
@@ -147,7 +148,7 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             metrics.ERRORS.inc()
             verdict = None
             payload = build_response(api_version=review.api_version, uid=review.uid, allowed=True,
-                                     warnings=["ai-admission had an internal error and admitted this pod unchecked"])
+                                     warnings=[INTERNAL_ERROR_WARNING])
         _count(review, endpoint, verdict, started)
         _log_admission(admissions, review, endpoint, verdict, started, len(verdict.patch) if verdict else 0)
         return _json(payload)

@@ -43,7 +43,8 @@ def list_priority_classes() -> set[str]:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # $KUBECONFIG as it is now: the client reads it once, when it is first imported
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     with client.ApiClient() as api:
         items = client.SchedulingV1Api(api).list_priority_class().items
         return {item.metadata.name for item in items if item.metadata and item.metadata.name}

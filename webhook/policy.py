@@ -38,7 +38,7 @@ def _bigger_models(rules: Rules, need: Decimal) -> list[str]:
     return [m.name for m in sorted(rules.catalog.values(), key=lambda m: m.memory) if m.memory >= need]
 
 
-def _gpu_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Finding]:
+def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
     found: list[Finding] = []
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
     if model_needed and profile.model_name is None:
@@ -138,7 +138,7 @@ def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Fin
     """Every finding for ``pod``: deny findings first (in a stable order), then warnings."""
     found: list[Finding] = list(profile.problems)
     if profile.gpu_count:
-        found.extend(_gpu_findings(pod, profile, rules))
+        found.extend(_gpu_findings(profile, rules))
     priority = _priority_finding(pod, profile, rules)
     if priority:
         found.append(priority)

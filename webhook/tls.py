@@ -10,6 +10,7 @@ and the previous context stays in use until the next check.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import ssl
@@ -94,10 +95,14 @@ def _record_expiry(certfile: str) -> None:
     from . import metrics  # imported in the worker, after the multiprocess directory is set
 
     try:
-        cert = x509.load_pem_x509_certificate(open(certfile, "rb").read())
-        metrics.CERT_EXPIRY.set(cert.not_valid_after_utc.timestamp())
-    except (OSError, ValueError):
-        pass
+        with open(certfile, "rb") as pem:
+            cert = x509.load_pem_x509_certificate(pem.read())
+    except (OSError, ValueError) as exc:
+        # the TLS context loaded the file, so this is a race with a rotation; the next reload records it
+        log.warning(json.dumps({"msg": "certificate expiry not recorded", "file": certfile,
+                                "error": f"{type(exc).__name__}: {exc}"}))
+        return
+    metrics.CERT_EXPIRY.set(cert.not_valid_after_utc.timestamp())
 
 
 def server_context(factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:

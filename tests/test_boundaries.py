@@ -1,0 +1,248 @@
+"""Every threshold of the policy tested on both sides of its boundary.
+
+A `>` that becomes `>=` changes only what happens exactly at the limit, so each limit is tested exactly at it
+and one step past it: a card's memory, a node's GPU count, the /dev/shm caps (per GPU, the class maximum, the
+fraction of the memory limit, no limit), the PCIe tensor-parallel warning, and which pods get NCCL settings.
+In-process, through the functions the server calls (`judge_pod`, `mutate_verdict`): these are the fast tests
+the mutation-testing run (`make mutation`) relies on.
+"""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import RULES_FILE
+from webhook.admission import Verdict, judge_pod, mutate_verdict
+from webhook.rules import Rules, compile_rules
+
+GI = 2**30
+MI = 2**20
+
+
+def gpu_pod(*, gpus: int = 1, model: str = "a100-80g", memory: str | None = None, limit: str | None = "64Gi",
+            annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+            env: dict[str, str] | None = None, workload: str | None = "training") -> dict[str, Any]:
+    """A pod as a controller creates it, asking for ``gpus`` cards of ``model`` (by nodeSelector)."""
+    notes = dict(annotations or {})
+    if workload:
+        notes["ai-admission.io/workload-type"] = workload
+    if memory:
+        notes["ai-admission.io/gpu-memory"] = memory
+    limits: dict[str, Any] = {"nvidia.com/gpu": str(gpus), "cpu": "8"}
+    if limit:
+        limits["memory"] = limit
+    container: dict[str, Any] = {"name": "main", "image": "registry.example.com/ml/job:1",
+                                 "resources": {"limits": limits, "requests": dict(limits)}}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "job-", "namespace": "ml-team", "labels": dict(labels or {}),
+                         "annotations": notes},
+            "spec": {"nodeSelector": {"gpu-type": model}, "containers": [container]}}
+
+
+def judge(pod: dict[str, Any], rules: Rules) -> Verdict:
+    return judge_pod(pod, rules=rules, mode="deny", subject="pod")
+
+
+def denials(verdict: Verdict) -> list[str]:
+    return [f.code for f in verdict.findings if f.severity == "deny"]
+
+
+def warnings(verdict: Verdict) -> list[str]:
+    return [f.code for f in verdict.findings if f.severity == "warn"]
+
+
+def patched(pod: dict[str, Any], rules: Rules) -> dict[str, dict[str, Any]]:
+    """/mutate's operations by path (each path appears once in these pods)."""
+    ops = mutate_verdict(pod, rules=rules, mode="deny").patch
+    return {op["path"]: dict(op) for op in ops}
+
+
+def shm_size(pod: dict[str, Any], rules: Rules) -> str:
+    volumes = patched(pod, rules)["/spec/volumes"]["value"]
+    assert [v["name"] for v in volumes] == ["ai-admission-shm"]
+    return volumes[0]["emptyDir"]["sizeLimit"]
+
+
+def rules_with(change: dict[str, Any]) -> Rules:
+    """The default rules with ``change`` merged in (nested mappings merged key by key)."""
+    document = yaml.safe_load(RULES_FILE.read_text())
+
+    def merge(into: dict[str, Any], what: dict[str, Any]) -> None:
+        for key, value in what.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = copy.deepcopy(value)
+
+    merge(document, change)
+    return compile_rules(document, source="test rules")
+
+
+# -- a card's memory -------------------------------------------------------------------------------------------
+
+def test_memory_exactly_a_cards_fits(rules: Rules) -> None:
+    card = rules.catalog["a100-80g"].memory
+    assert card == 80 * GI
+    assert judge(gpu_pod(memory="80Gi"), rules).allowed
+
+
+def test_memory_a_mebibyte_over_a_card_is_denied(rules: Rules) -> None:
+    verdict = judge(gpu_pod(memory=f"{80 * 1024 + 1}Mi"), rules)
+    assert denials(verdict) == ["gpu-memory-exceeds"]
+    assert "needs 80Gi of GPU memory per GPU" in (verdict.message or "")  # 80.001Gi shown to one decimal
+    assert "but a a100-80g card holds 80Gi; use a model with more memory (" in (verdict.message or "")
+
+
+def test_model_size_exactly_the_cards_memory_fits(rules: Rules) -> None:
+    # 20B params x 2 bytes x 2 (a training memory factor of 2, from the rules) = 80e9 bytes over 1 card of 80e9
+    exact = rules_with({"catalog": {"a100-80g": {"memory": "80G"}}, "classes": {"training": {"memoryFactor": 2}}})
+    pod = gpu_pod(annotations={"ai-admission.io/model-params": "20B", "ai-admission.io/model-precision": "bf16"})
+    assert judge(pod, exact).allowed
+    over = gpu_pod(annotations={"ai-admission.io/model-params": "20000000001", "ai-admission.io/model-precision": "bf16"})
+    verdict = judge(over, exact)
+    assert denials(verdict) == ["gpu-memory-exceeds"]
+    assert "ask for at least 2 GPUs (one node, one NVLink domain)" in (verdict.message or "")
+
+
+def test_model_spread_over_the_pods_cards_fits_exactly(rules: Rules) -> None:
+    exact = rules_with({"catalog": {"a100-80g": {"memory": "80G"}}, "classes": {"training": {"memoryFactor": 2}}})
+    pod = gpu_pod(gpus=4, annotations={"ai-admission.io/model-params": "80B", "ai-admission.io/model-precision": "bf16"})
+    assert judge(pod, exact).allowed  # 320e9 bytes over 4 x 80e9
+
+
+# -- a node's GPU count ------------------------------------------------------------------------------------------
+
+def test_exactly_a_nodes_gpus_is_allowed(rules: Rules) -> None:
+    assert rules.catalog["h100-80g"].gpus_per_node == 8
+    assert denials(judge(gpu_pod(gpus=8, model="h100-80g", memory="40Gi"), rules)) == []
+
+
+def test_one_gpu_more_than_a_node_holds_is_denied(rules: Rules) -> None:
+    verdict = judge(gpu_pod(gpus=9, model="h100-80g", memory="40Gi"), rules)
+    assert denials(verdict) == ["gpu-count-exceeds-node"]
+    assert "9 GPUs in one pod, but one h100-80g node holds 8" in (verdict.message or "")
+
+
+def test_cards_needed_exactly_a_node_suggests_the_node(rules: Rules) -> None:
+    exact = rules_with({"catalog": {"h100-80g": {"memory": "80G"}}, "classes": {"training": {"memoryFactor": 1}}})
+    pod = gpu_pod(model="h100-80g", annotations={"ai-admission.io/model-params": "320B",
+                                                 "ai-admission.io/model-precision": "bf16"})
+    message = judge(pod, exact).message or ""
+    assert "ask for at least 8 GPUs" in message  # 640e9 bytes = exactly 8 cards: one node still holds it
+    bigger = gpu_pod(model="h100-80g", annotations={"ai-admission.io/model-params": "320000000001",
+                                                    "ai-admission.io/model-precision": "bf16"})
+    assert "that is 9 GPUs, more than the 8 one h100-80g node holds" in (judge(bigger, exact).message or "")
+
+
+# -- /dev/shm ----------------------------------------------------------------------------------------------------
+
+SHM = {"classes": {"training": {"mutate": {"shm": {"perGpu": "8Gi", "max": "20Gi", "withoutMemoryLimit": "3Gi"}}}}}
+
+
+def test_shm_is_per_gpu_below_the_caps() -> None:
+    rules = rules_with(SHM)
+    assert shm_size(gpu_pod(gpus=2, memory="40Gi", limit="256Gi"), rules) == "16Gi"
+
+
+def test_shm_stops_at_the_class_maximum() -> None:
+    rules = rules_with(SHM)
+    assert shm_size(gpu_pod(gpus=3, memory="40Gi", limit="256Gi"), rules) == "20Gi"  # 24Gi capped at max
+
+
+def test_shm_is_at_most_the_fraction_of_the_memory_limit() -> None:
+    rules = rules_with(SHM)
+    assert shm_size(gpu_pod(gpus=2, memory="40Gi", limit="24Gi"), rules) == "12Gi"  # half of 24Gi < 16Gi
+    assert shm_size(gpu_pod(gpus=2, memory="40Gi", limit="32Gi"), rules) == "16Gi"  # half is exactly per GPU
+
+
+def test_shm_fraction_is_a_rule() -> None:
+    rules = rules_with({**SHM, "mutation": {"maxShmFractionOfMemoryLimit": 0.25}})
+    assert shm_size(gpu_pod(gpus=2, memory="40Gi", limit="32Gi"), rules) == "8Gi"
+
+
+def test_shm_fraction_is_rounded_down_to_whole_mebibytes() -> None:
+    rules = rules_with(SHM)
+    assert shm_size(gpu_pod(gpus=2, memory="40Gi", limit="3001Mi"), rules) == "1500Mi"  # 1500.5Mi
+
+
+def test_shm_without_a_memory_limit_is_the_class_default_with_a_warning() -> None:
+    rules = rules_with(SHM)
+    verdict = mutate_verdict(gpu_pod(gpus=2, memory="40Gi", limit=None), rules=rules, mode="deny")
+    volumes = {op["path"]: op for op in verdict.patch}["/spec/volumes"]["value"]
+    assert volumes[0]["emptyDir"]["sizeLimit"] == "3Gi"
+    assert verdict.warnings == ("pod has no memory limit; /dev/shm got the class default 3Gi (memory-backed, it "
+                                "counts against the pod's memory)",)
+
+
+def test_shm_with_the_default_rules(rules: Rules) -> None:
+    assert shm_size(gpu_pod(gpus=8, memory="40Gi", limit="512Gi"), rules) == "32Gi"  # 4Gi per GPU
+    assert shm_size(gpu_pod(gpus=8, memory="40Gi", limit="48Gi"), rules) == "24Gi"  # half the limit
+    inference = gpu_pod(gpus=8, memory="40Gi", limit="512Gi", workload="inference")
+    assert shm_size(inference, rules) == "16Gi"  # 2Gi per GPU
+
+
+# -- NCCL ----------------------------------------------------------------------------------------------------------
+
+NCCL = {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "ib0"}
+
+
+def nccl_env(pod: dict[str, Any], rules: Rules) -> dict[str, str]:
+    added: dict[str, str] = {}
+    for op in mutate_verdict(pod, rules=rules, mode="deny").patch:
+        if op["path"].startswith("/spec/containers/0/env"):
+            values = op["value"] if isinstance(op["value"], list) else [op["value"]]
+            added.update({v["name"]: v["value"] for v in values})
+    return added
+
+
+def test_nccl_for_multi_node_training(rules: Rules) -> None:
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}), rules) == NCCL
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", annotations={"ai-admission.io/multi-node": "true"}), rules) == NCCL
+
+
+@pytest.mark.parametrize("env", [None, {"WORLD_SIZE": "1"}])
+def test_no_nccl_for_single_node_training(rules: Rules, env: dict[str, str] | None) -> None:
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env=env), rules) == {}
+
+
+@pytest.mark.parametrize("workload", ["inference", "batch", "hpo"])
+def test_no_nccl_for_other_classes(rules: Rules, workload: str) -> None:
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}, workload=workload), rules) == {}
+
+
+def test_nccl_for_single_node_pods_when_the_rules_say_so() -> None:
+    rules = rules_with({"classes": {"training": {"mutate": {"nccl": {"singleNode": True}}}}})
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi"), rules) == NCCL
+
+
+# -- tensor parallelism over PCIe ----------------------------------------------------------------------------------
+
+def pcie_pod(total_memory: Decimal, gpus: int = 2) -> dict[str, Any]:
+    per_gpu = total_memory / gpus
+    return gpu_pod(gpus=gpus, model="l40s-48g", memory=f"{per_gpu}", workload="inference")
+
+
+def test_no_pcie_warning_when_the_model_fits_one_card(rules: Rules) -> None:
+    card = rules.catalog["l40s-48g"].memory
+    verdict = judge(pcie_pod(card), rules)
+    assert verdict.allowed and warnings(verdict) == []
+
+
+def test_pcie_warning_when_the_model_spans_cards(rules: Rules) -> None:
+    card = rules.catalog["l40s-48g"].memory
+    verdict = judge(pcie_pod(card + 2), rules)
+    assert verdict.allowed and warnings(verdict) == ["tensor-parallel-over-pcie"]
+    assert verdict.warnings == ("the model spans 2 l40s-48g cards joined only by PCIe; tensor parallelism will be "
+                                "slow, prefer an NVLink model or fewer, larger cards",)
+
+
+def test_no_pcie_warning_on_nvlink_or_one_card(rules: Rules) -> None:
+    assert warnings(judge(gpu_pod(gpus=2, memory="80Gi", workload="inference"), rules)) == []
+    assert warnings(judge(gpu_pod(gpus=1, model="l40s-48g", memory="40Gi", workload="inference"), rules)) == []
