@@ -1,30 +1,31 @@
-"""The test session starts the real webhook (gunicorn, TLS, the shipped config) once and talks HTTPS to it."""
+"""The test session starts the real webhook (gunicorn, TLS, the shipped config) once and talks HTTPS to it.
+
+End-to-end tests (marker ``e2e``) also get a real etcd + kube-apiserver, started once per session and stopped at
+its end (``control_plane``), and a fresh namespace per test (``namespace``): tests stay apart by namespace, so no
+cluster state is torn down.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
-import socket
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 import requests
 
 from certs import ensure_dev_certs
+from tests.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
 from webhook.rules import Rules, load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = ROOT / "rules" / "default.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -102,3 +103,48 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def rules() -> Rules:
     return load_rules(RULES_FILE)
+
+
+@functools.cache
+def e2e_unavailable() -> str | None:
+    """Why the end-to-end tests cannot run here (one line), or None when they can."""
+    try:
+        find_binaries()
+    except MissingBinaries as exc:
+        return str(exc)
+    if shutil.which("kubectl") is None:
+        return "no kubectl on PATH: the end-to-end tests drive the API server with it"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Fold the e2e skips into one summary line: pytest reports a skip raised by a fixture at each test's own
+    line, which lists the same reason once per test function."""
+    report = yield
+    reason = e2e_unavailable() if report.skipped and item.get_closest_marker("e2e") else None
+    if reason and isinstance(report.longrepr, tuple) and reason in report.longrepr[2]:
+        # no line number: pytest prints the file alone, as it does for a module-level skip
+        report.longrepr = (__file__, None, report.longrepr[2])  # type: ignore[assignment]
+    return report
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver for the whole session; skipped with one line where the binaries are missing.
+
+    A missing binary is a machine that was not prepared (``make e2e-deps``), so the e2e tests skip; a control
+    plane that is there but does not start is an error, with the tail of its logs.
+    """
+    reason = e2e_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with ControlPlane(find_binaries(), tmp_path_factory.mktemp("control-plane")) as plane:
+        yield plane
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace named after the test."""
+    return control_plane.create_namespace(namespace_name(request.node.name))
