@@ -1,8 +1,8 @@
 """The test session starts the real webhook (gunicorn, TLS, the shipped config) once and talks HTTPS to it.
 
 End-to-end tests (marker ``e2e``) also get a real etcd + kube-apiserver, started once per session and stopped at
-its end (``control_plane``), and a fresh namespace per test (``namespace``): tests stay apart by namespace, so no
-cluster state is torn down.
+its end (``control_plane``), the webhook installed into it as a cluster installs it (``webhook_installed``), and
+a fresh namespace per test (``namespace``): tests stay apart by namespace, so no cluster state is torn down.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import requests
 
 from certs import ensure_dev_certs
 from tests.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
+from tests.e2e_install import install
 from webhook.rules import Rules, load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,6 +143,13 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         pytest.skip(reason)
     with ControlPlane(find_binaries(), tmp_path_factory.mktemp("control-plane")) as plane:
         yield plane
+
+
+@pytest.fixture(scope="session")
+def webhook_installed(control_plane: ControlPlane, server: Server, rules: Rules) -> ControlPlane:
+    """The session's server registered for every namespace without a route label (see tests.e2e_install)."""
+    install(control_plane, url=server.url, ca=Path(server.ca), rules=rules)
+    return control_plane
 
 
 @pytest.fixture
