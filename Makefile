@@ -9,7 +9,7 @@ WHEELS ?= dist/wheels
 # The admission core compiled with mypyc next to its sources (see setup.py); rebuilt when any source changes.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: serve test venv compile pure clean wheels install-wheels bench mutation
+.PHONY: serve test venv compile pure clean wheels install-wheels bench mutation e2e-deps
 
 # The editable install itself stays interpreted; `compile` builds the compiled modules in place, once.
 $(STAMP): setup.cfg pyproject.toml setup.py
@@ -39,8 +39,23 @@ pure:
 serve: $(COMPILED)
 	exec $(BIN)/ai-admission serve
 
-test: $(COMPILED)
+test: e2e-deps $(COMPILED)
 	$(BIN)/python -m pytest
+
+# etcd and kube-apiserver for the end-to-end tests (tests/control_plane.py finds them). etcd: Debian's etcd-server,
+# installed only when no etcd is found and we are root (CI runs as root on a fresh machine). kube-apiserver:
+# unpacked from ../shared/k8s into ~/.cache/ai-admission/k8s and verified against its SHA256SUMS. Best effort:
+# what cannot be had makes the e2e tests skip with one line saying so; only a binary failing its checksum fails.
+e2e-deps: $(STAMP)
+	@if [ ! -x "$${KUBEBUILDER_ASSETS:-/nonexistent}/etcd" ] && ! command -v etcd >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing etcd-server (Debian) for the end-to-end tests"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; } \
+	      >$(VENV)/apt-etcd.log 2>&1 \
+	      || { tail -n 5 $(VENV)/apt-etcd.log; echo "warning: could not install etcd-server; the e2e tests will skip"; }; \
+	  fi; \
+	fi
+	@$(BIN)/python -m tests.control_plane --prepare
 
 # The image's install steps (the Dockerfile runs these two, and so does the test of the image's install):
 # build wheels of the package and its dependencies, then install them with no index, as the final image does.

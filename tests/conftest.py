@@ -4,35 +4,36 @@ An internal error is a bug: the server admits the pod unchecked and says so in a
 asserts only ``allowed`` would pass. So every server started here is watched, and a test fails when a response
 it received carries that warning, or a server's ``ai_admission_internal_errors_total`` grew while it ran
 (`_no_internal_errors` below; a test that wants one says so with ``@pytest.mark.internal_errors``).
+
+End-to-end tests (marker ``e2e``) also get a real etcd + kube-apiserver, started once per session and stopped at
+its end (``control_plane``), the webhook installed into it as a cluster installs it (``webhook_installed``), and
+a fresh namespace per test (``namespace``): tests stay apart by namespace, so no cluster state is torn down.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-import socket
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import pytest
 import requests
 
 from certs import ensure_dev_certs
+from tests.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
+from tests.e2e_install import install
 from webhook.app import INTERNAL_ERROR_WARNING
 from webhook.rules import Rules, load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = ROOT / "rules" / "default.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 _INTERNAL_ERRORS_METRIC = re.compile(r"^ai_admission_internal_errors_total (\S+)$", re.MULTILINE)
@@ -169,10 +170,64 @@ def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
         server.take_problems()
     yield
     problems = []
+    through_api_server = request.node.get_closest_marker("e2e") is not None
     for server in list(SERVERS):
+        server.used = server.used or through_api_server  # the API server called it: read its count
         problems += [f"{server.url}: {p}" for p in server.take_problems()]
         if server.process.poll() is not None:
             SERVERS.remove(server)
     if problems and request.node.get_closest_marker("internal_errors") is None:
         pytest.fail("internal error in the webhook (a bug; its traceback is in the server log):\n"
                     + "\n".join(problems), pytrace=False)
+
+
+@functools.cache
+def e2e_unavailable() -> str | None:
+    """Why the end-to-end tests cannot run here (one line), or None when they can."""
+    try:
+        find_binaries()
+    except MissingBinaries as exc:
+        return str(exc)
+    if shutil.which("kubectl") is None:
+        return "no kubectl on PATH: the end-to-end tests drive the API server with it"
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Fold the e2e skips into one summary line: pytest reports a skip raised by a fixture at each test's own
+    line, which lists the same reason once per test function."""
+    report = yield
+    reason = e2e_unavailable() if report.skipped and item.get_closest_marker("e2e") else None
+    if reason and isinstance(report.longrepr, tuple) and reason in report.longrepr[2]:
+        # no line number: pytest prints the file alone, as it does for a module-level skip
+        report.longrepr = (__file__, None, report.longrepr[2])  # type: ignore[assignment]
+    return report
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver for the whole session; skipped with one line where the binaries are missing.
+
+    A missing binary is a machine that was not prepared (``make e2e-deps``), so the e2e tests skip; a control
+    plane that is there but does not start is an error, with the tail of its logs.
+    """
+    reason = e2e_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with ControlPlane(find_binaries(), tmp_path_factory.mktemp("control-plane")) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def webhook_installed(control_plane: ControlPlane, server: Server, rules: Rules) -> ControlPlane:
+    """The session's server registered for every namespace without a route label (see tests.e2e_install)."""
+    install(control_plane, url=server.url, ca=Path(server.ca), rules=rules)
+    return control_plane
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace named after the test."""
+    return control_plane.create_namespace(namespace_name(request.node.name))

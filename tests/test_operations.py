@@ -209,13 +209,18 @@ def test_request_fields_cannot_create_metric_series(server: Server) -> None:
 
 
 def admission_lines(server: Server, uid: str, seconds: float = 5) -> list[dict]:
-    """The admission log lines for ``uid`` (written in batches, see webhook.logs)."""
+    """The admission log lines for ``uid`` (written in batches, see webhook.logs).
+
+    Only complete lines: a read that meets a worker's write in progress sees the start of it, the last line cut.
+    """
     deadline = time.monotonic() + seconds
     while True:
-        lines = [json.loads(line) for line in server.log.read_text().splitlines()
+        text = server.log.read_text()
+        lines = [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()
                  if line.startswith('{"msg":"admission"') and uid in line]
         if lines or time.monotonic() > deadline:
             return lines
+        time.sleep(0.02)
 
 
 def test_one_structured_log_line_per_admission_and_never_the_pod(server: Server) -> None:
