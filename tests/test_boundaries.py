@@ -191,6 +191,8 @@ def test_shm_with_the_default_rules(rules: Rules) -> None:
 # -- NCCL ----------------------------------------------------------------------------------------------------------
 
 NCCL = {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "ib0"}
+# the course's cluster: its A100 nodes (labelled gpu-type) have InfiniBand that the pods see as ib0
+INFINIBAND = {"fabrics": {"byNodeLabel": [{"key": "gpu-type", "values": ["a100-80g"], "fabric": "infiniband"}]}}
 
 
 def nccl_env(pod: dict[str, Any], rules: Rules) -> dict[str, str]:
@@ -202,47 +204,101 @@ def nccl_env(pod: dict[str, Any], rules: Rules) -> dict[str, str]:
     return added
 
 
-def test_nccl_for_multi_node_training(rules: Rules) -> None:
+def test_nccl_for_multi_node_training_on_an_infiniband_pool() -> None:
+    rules = rules_with(INFINIBAND)
     assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}), rules) == NCCL
     assert nccl_env(gpu_pod(gpus=8, memory="40Gi", annotations={"ai-admission.io/multi-node": "true"}), rules) == NCCL
 
 
+def test_nccl_for_multi_node_inference_on_an_infiniband_pool() -> None:
+    group = gpu_pod(gpus=8, memory="40Gi", env={"LWS_GROUP_SIZE": "2"}, workload="inference")
+    assert nccl_env(group, rules_with(INFINIBAND)) == NCCL
+
+
+def test_no_nccl_where_the_fabric_is_not_known(rules: Rules) -> None:
+    """The default rules know no pool's fabric: an interface name the pod does not have stops NCCL at start."""
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}), rules) == {}
+
+
+def test_nccl_of_the_fabric_an_instance_type_names() -> None:
+    rules = rules_with({"fabrics": {"env": {"efa": {"FI_EFA_USE_DEVICE_RDMA": "1"}}}})
+    pod = gpu_pod(gpus=8, memory="40Gi", env={"PET_NNODES": "4"})
+    pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p4de.24xlarge"}
+    assert nccl_env(pod, rules) == {"FI_EFA_USE_DEVICE_RDMA": "1"}
+    pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "Standard_ND96amsr_A100_v4"}
+    assert nccl_env(pod, rules) == NCCL
+
+
+def test_nccl_of_the_models_fabric() -> None:
+    rules = rules_with({"fabrics": {"byModel": {"a100-80g": "ethernet"}}})
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}), rules) == {"NCCL_IB_DISABLE": "1"}
+
+
 @pytest.mark.parametrize("env", [None, {"WORLD_SIZE": "1"}])
-def test_no_nccl_for_single_node_training(rules: Rules, env: dict[str, str] | None) -> None:
-    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env=env), rules) == {}
+def test_no_nccl_for_single_node_training(env: dict[str, str] | None) -> None:
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env=env), rules_with(INFINIBAND)) == {}
 
 
 @pytest.mark.parametrize("workload", ["inference", "batch", "hpo"])
-def test_no_nccl_for_other_classes(rules: Rules, workload: str) -> None:
-    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}, workload=workload), rules) == {}
+def test_no_nccl_for_single_pods_of_other_classes(workload: str) -> None:
+    assert nccl_env(gpu_pod(gpus=8, memory="40Gi", workload=workload), rules_with(INFINIBAND)) == {}
+
+
+@pytest.mark.parametrize("workload", ["batch", "hpo"])
+def test_no_nccl_for_classes_without_it(workload: str) -> None:
+    pod = gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}, workload=workload)
+    assert nccl_env(pod, rules_with(INFINIBAND)) == {}
 
 
 def test_nccl_for_single_node_pods_when_the_rules_say_so() -> None:
-    rules = rules_with({"classes": {"training": {"mutate": {"nccl": {"singleNode": True}}}}})
+    rules = rules_with({**INFINIBAND, "classes": {"training": {"mutate": {"nccl": {"singleNode": True}}}}})
     assert nccl_env(gpu_pod(gpus=8, memory="40Gi"), rules) == NCCL
 
 
 # -- tensor parallelism over PCIe ----------------------------------------------------------------------------------
 
-def pcie_pod(total_memory: Decimal, gpus: int = 2) -> dict[str, Any]:
-    per_gpu = total_memory / gpus
-    return gpu_pod(gpus=gpus, model="l40s-48g", memory=f"{per_gpu}", workload="inference")
+def serving_pod(model: str, gpus: int, args: list[str]) -> dict[str, Any]:
+    pod = gpu_pod(gpus=gpus, model=model, memory="16Gi", workload="inference")
+    pod["spec"]["containers"][0]["args"] = args
+    return pod
 
 
-def test_no_pcie_warning_when_the_model_fits_one_card(rules: Rules) -> None:
-    card = rules.catalog["l40s-48g"].memory
-    verdict = judge(pcie_pod(card), rules)
-    assert verdict.allowed and warnings(verdict) == []
-
-
-def test_pcie_warning_when_the_model_spans_cards(rules: Rules) -> None:
-    card = rules.catalog["l40s-48g"].memory
-    verdict = judge(pcie_pod(card + 2), rules)
+@pytest.mark.parametrize("args", [["--tensor-parallel-size", "2"], ["--tensor-parallel-size=2"],
+                                  ["vllm serve m -tp 2 --port 8000"], ["--tp-size", "2"], ["--tp", "2"]])
+def test_pcie_warning_when_the_pod_splits_one_model_over_cards(rules: Rules, args: list[str]) -> None:
+    verdict = judge(serving_pod("l40s-48g", 2, args), rules)
     assert verdict.allowed and warnings(verdict) == ["tensor-parallel-over-pcie"]
-    assert verdict.warnings == ("the model spans 2 l40s-48g cards joined only by PCIe; tensor parallelism will be "
-                                "slow, prefer an NVLink model or fewer, larger cards",)
+    (text,) = verdict.warnings
+    assert text.startswith("the model is split over 2 l40s-48g cards joined only by PCIe (")
+    assert text.endswith('in container "main"); tensor parallelism will be slow, prefer an NVLink model or fewer, '
+                         "larger cards")
+
+
+def test_pcie_warning_from_the_env(rules: Rules) -> None:
+    pod = serving_pod("l4-24g", 4, [])
+    pod["spec"]["containers"][0]["env"] = [{"name": "TENSOR_PARALLEL_SIZE", "value": "4"}]
+    verdict = judge(pod, rules)
+    assert warnings(verdict) == ["tensor-parallel-over-pcie"]
+    assert "(env TENSOR_PARALLEL_SIZE=4)" in verdict.warnings[0]
+
+
+def test_no_pcie_warning_for_a_tensor_parallel_size_of_one(rules: Rules) -> None:
+    assert warnings(judge(serving_pod("l40s-48g", 2, ["--tensor-parallel-size", "1"]), rules)) == []
+
+
+def test_no_pcie_warning_for_data_parallel_pods(rules: Rules) -> None:
+    """Independent replicas on PCIe cards (batch inference, a LoRA fine-tune) do not talk across the cards."""
+    assert warnings(judge(serving_pod("t4-16g", 4, ["--data-parallel-size", "4"]), rules)) == []
 
 
 def test_no_pcie_warning_on_nvlink_or_one_card(rules: Rules) -> None:
-    assert warnings(judge(gpu_pod(gpus=2, memory="80Gi", workload="inference"), rules)) == []
-    assert warnings(judge(gpu_pod(gpus=1, model="l40s-48g", memory="40Gi", workload="inference"), rules)) == []
+    assert warnings(judge(serving_pod("a100-80g", 2, ["--tensor-parallel-size", "2"]), rules)) == []
+    assert warnings(judge(serving_pod("l40s-48g", 1, ["--tensor-parallel-size", "2"]), rules)) == []
+
+
+def test_the_course_example_gets_its_nccl_env_on_its_infiniband_pool() -> None:
+    """The course's worker, on a cluster whose rules say its gpu-type=a100-80g pool has InfiniBand seen as ib0."""
+    from tests.fixtures import POD_CASES
+
+    case = next(c for c in POD_CASES if c.name == "course-example-minimal")
+    assert nccl_env(copy.deepcopy(case.pod), rules_with(INFINIBAND)) == NCCL

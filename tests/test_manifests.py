@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import ROOT, Server
 from tests.reviews import K8S_VERSION, admission_review
 from webhook.rules import Rules
-from webhook.templates import RESOURCES
+from webhook.kinds import KINDS
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
 OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager"]
@@ -109,7 +109,7 @@ def test_validating_rules_cover_every_template_kind(base: list[dict[str, Any]]) 
     for webhook in find(base, "ValidatingWebhookConfiguration")["webhooks"]:
         covered = {(g, r) for rule in webhook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
         assert ("", "pods") in covered
-        assert {(group, resource) for (group, _), resource in RESOURCES.items()} <= covered
+        assert {(k.group, k.resource) for k in KINDS.values()} <= covered
 
 
 def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from webhook.profile import build_profile
+from tests.test_boundaries import rules_with
 from webhook.rules import Rules
 
 
@@ -119,11 +120,29 @@ def test_annotation_model_wins_over_node_selector(rules: Rules) -> None:
     assert profile.model_source == "annotation ai-admission.io/gpu-model"
 
 
-def test_affinity_with_several_values_does_not_pin_a_model(rules: Rules) -> None:
+def affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": expressions} for expressions in terms]}}}
+
+
+def test_affinity_with_several_values_is_judged_against_the_smallest_model(rules: Rules) -> None:
     p = pod(gpu("a", "1"))
-    p["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["a100-80g", "h100-80g"]}]}]}}}
-    assert build_profile(p, rules).model_name is None
+    p["spec"]["affinity"] = affinity([{"key": "gpu-type", "operator": "In", "values": ["a100-80g", "h100-80g"]}])
+    profile = build_profile(p, rules)
+    assert profile.model_name == "[a100-80g, h100-80g]"
+    assert [m.name for m in profile.models] == ["h100-80g", "a100-80g"]  # 81559Mi < 81920Mi
+    assert profile.model is not None and profile.model.name == "h100-80g"
+    assert profile.model_source == "required node affinity gpu-type In [a100-80g, h100-80g]"
+
+
+def test_affinity_terms_are_alternatives(rules: Rules) -> None:
+    p = pod(gpu("a", "1"))
+    p["spec"]["affinity"] = affinity([{"key": "gpu-type", "operator": "In", "values": ["l4-24g"]}],
+                                     [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L40S"]}])
+    assert [m.name for m in build_profile(p, rules).models] == ["l4-24g", "l40s-48g"]
+    p["spec"]["affinity"] = affinity([{"key": "gpu-type", "operator": "In", "values": ["l4-24g"]}],
+                                     [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}])
+    assert build_profile(p, rules).model_name is None  # the second term runs anywhere: no model is pinned
 
 
 def test_preemptible_comes_from_class_and_annotation_overrides(rules: Rules) -> None:
@@ -147,7 +166,7 @@ def test_a_variable_set_twice_in_a_container_takes_the_later_value_as_the_kubele
                 {"name": "u", "env": [{"name": "WORLD_SIZE", "value": "8"}]},
                 annotations={"ai-admission.io/workload-type": "training"})
     profile = build_profile(twice, rules)
-    assert (profile.multi_node, profile.multi_node_reason) == (True, "env WORLD_SIZE=4")  # first container wins
+    assert (profile.multi_node, profile.multi_node_reason) == (True, "4 pods (env WORLD_SIZE=4)")  # first container
 
 
 def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -> None:
@@ -155,8 +174,10 @@ def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -
 
     p = pod({"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "2", "memory": "8Gi"}}},
             {"name": "logger", "resources": {"limits": {"nvidia.com/gpu": "0", "memory": "1Gi"}}},
-            annotations={"ai-admission.io/workload-type": "training", "ai-admission.io/multi-node": "true"})
-    mutated = mutate_pod(p, build_profile(p, rules), rules).pod
+            annotations={"ai-admission.io/workload-type": "training", "ai-admission.io/multi-node": "true"},
+            node_selector={"gpu-type": "a100-80g"})
+    infiniband = rules_with({"fabrics": {"byNodeLabel": [{"key": "gpu-type", "fabric": "infiniband"}]}})
+    mutated = mutate_pod(p, build_profile(p, infiniband), infiniband).pod
     trainer, logger = mutated["spec"]["containers"]
     assert [m["mountPath"] for m in trainer["volumeMounts"]] == ["/dev/shm"]
     assert {e["name"] for e in trainer["env"]} == {"NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}

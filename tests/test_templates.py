@@ -93,7 +93,7 @@ def test_templates_are_classified_like_their_pods() -> None:
     assert classes[("PyTorchJob", "llama-pretrain", "spec.pytorchReplicaSpecs.Worker.template")] == "training"
     assert classes[("JobSet", "gpt-neox", "spec.replicatedJobs[0].template.spec.template")] == "training"
     assert classes[("CronJob", "nightly-embeddings", "spec.jobTemplate.spec.template")] == "batch"
-    assert classes[("InferenceService", "llama3-8b", "spec.predictor.model")] == "inference"
+    assert classes[("InferenceService", "llama3-8b", "spec.predictor")] == "inference"
     assert classes[("RayJob", "tune-search", "spec.rayClusterSpec.workerGroupSpecs[0].template")] == "hpo"
     assert classes[("Job", "tf-dist", "spec.tasks[1].template")] == "training"  # Volcano tensorflow plugin
     assert classes[("Deployment", "web", "spec.template")] == "none"
@@ -131,8 +131,22 @@ def test_yaml_output_is_the_mutated_pods() -> None:
     assert pod["kind"] == "Pod" and pod["metadata"]["generateName"] == "gpt-neox-"
     assert {"name": "ai-admission-shm", "mountPath": "/dev/shm"} in pod["spec"]["containers"][0]["volumeMounts"]
     assert pod["spec"]["priorityClassName"] == "ai-training"
-    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
-    assert env["NCCL_SOCKET_IFNAME"] == "ib0"  # WORLD_SIZE 8: multi-node
+    # WORLD_SIZE 8: multi-node, packed under one switch; no NCCL env, as the default rules know no pool's fabric
+    assert pod["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+        "topologyKey"] == "topology.ai-admission.io/leaf-switch"
+    assert not any(e["name"].startswith("NCCL_") for e in pod["spec"]["containers"][0]["env"])
+
+
+def test_yaml_output_gives_the_verdict_of_what_is_denied() -> None:
+    done = run_check("-f", str(MANIFESTS / "pytorchjob.yaml"), "-o", "yaml")
+    assert done.returncode == 1
+    verdicts = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert [(v["verdict"], v["kind"], v["name"], v["template"], v["class"], v["reasons"]) for v in verdicts] == [
+        ("DENY", "PyTorchJob", "llama-pretrain", "spec.pytorchReplicaSpecs.Master.template", "training",
+         ["gpu-model-missing"]),
+        ("DENY", "PyTorchJob", "llama-pretrain", "spec.pytorchReplicaSpecs.Worker.template", "training",
+         ["gpu-memory-missing"])]
+    assert all(v["message"].startswith('PyTorchJob "ml-team/llama-pretrain" spec.pytorchReplicaSpecs.') for v in verdicts)
 
 
 def test_text_output_and_stdin_and_lists() -> None:
@@ -141,7 +155,9 @@ def test_text_output_and_stdin_and_lists() -> None:
     done = run_check("-f", "-", stdin=listing)
     assert done.returncode == 1
     first = done.stdout.splitlines()[0]
-    assert first.startswith("DENY  Pod ml-team/debug-gpu  class=batch  reasons=gpu-model-missing,gpu-memory-missing")
+    assert first == ("DENY  Pod ml-team/debug-gpu  class=batch (requests an accelerator and carries no workload signal; "
+                     "default class batch (set annotation ai-admission.io/workload-type to choose))  "
+                     "reasons=gpu-model-missing,gpu-memory-missing,host-memory-request-missing")
     assert done.stdout.rstrip().endswith("1 checked: 0 allowed, 0 allowed with warnings, 1 denied")
 
 

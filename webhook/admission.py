@@ -14,10 +14,12 @@ from .cluster import UNKNOWN, ClusterFacts
 from .findings import Finding
 from .mutate import mutate_pod
 from .policy import evaluate
+from .kinds import templates_of
+from .parallelism import World
 from .profile import Profile, build_profile
 from .review import AdmissionRequest, build_response
 from .rules import MODES, Rules
-from .templates import templates_of
+from .templates import Resolver, generic_templates
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -70,14 +72,19 @@ def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, 
                    audit_annotations=audit)
 
 
-def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str) -> Verdict:
-    """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit)."""
-    profile = build_profile(pod, rules)
+def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
+              notes: tuple[str, ...] = ()) -> Verdict:
+    """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit).
+
+    ``world``: the job's size when known from a controller's template; ``notes``: what the reader should know about
+    how a template was read, passed on as warnings.
+    """
+    profile = build_profile(pod, rules, world=world)
     findings = tuple(evaluate(pod, profile, rules))
     denials = [f for f in findings if f.severity == "deny"]
     denial = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)]) if denials else None
     return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
-                       warnings=[f.message for f in findings if f.severity == "warn"])
+                       warnings=[*notes, *(f.message for f in findings if f.severity == "warn")])
 
 
 @dataclass
@@ -85,6 +92,7 @@ class TemplateVerdict:
     path: str
     pod: dict[str, Any]
     verdict: Verdict
+    generic: bool = False
 
 
 def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", name: str = "") -> str:
@@ -98,27 +106,41 @@ def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", na
 
 def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
                  kind: str | None = None, namespace: str = "", old: Mapping[str, Any] | None = None,
+                 resolve: Resolver | None = None, generic: bool = True,
                  ) -> tuple[Verdict, list[TemplateVerdict]] | None:
-    """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates known).
+    """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates to judge).
 
-    On UPDATE (``old`` given) only templates that changed are judged, so scaling a legacy Deployment that
-    predates the policy is not blocked.
+    A kind ai-admission does not know is read generically (``generic``): its pod specs that ask for accelerators
+    are judged, and the verdict says they were read that way. On UPDATE (``old`` given) only templates that
+    changed are judged, so scaling a legacy Deployment that predates the policy is not blocked. ``resolve`` finds
+    objects a template refers to (a TrainJob's runtime) where they are known.
     """
-    found = templates_of(obj, group=group, kind=kind)
+    found = templates_of(obj, rules=rules, group=group, kind=kind, resolve=resolve)
     if found is None:
-        return None
+        found = generic_templates(obj, rules) if generic else []
+        if not found:
+            return None
     kind = kind or str(obj.get("kind", ""))
-    previous = {t.path: t.template for t in templates_of(old, group=group, kind=kind) or []} if old else {}
+    if old is not None:
+        previous = templates_of(old, rules=rules, group=group, kind=kind, resolve=resolve)
+        if previous is None:
+            previous = generic_templates(old, rules) if generic else []
+        before = {t.path: t.template for t in previous}
+    else:
+        before = {}
     subject = object_subject(obj, kind=kind, namespace=namespace)
     results = []
     for template in found:
-        if old is not None and previous.get(template.path) == template.template:
+        if old is not None and before.get(template.path) == template.template:
             continue
         pod = template.pod
         if namespace and "namespace" not in pod["metadata"]:
             pod["metadata"]["namespace"] = namespace
-        verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}")
-        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict))
+        verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
+                            notes=template.notes)
+        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, generic=template.generic))
+    if not results:
+        return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
     return _compose(mode, results), results
 
 

@@ -26,7 +26,7 @@ from .compiled import running_compiled
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
 from .rules import MODES, Rules, default_rules_path, load_rules
-from .templates import EXTRACTORS
+from .kinds import KINDS
 
 INTERNAL_ERROR_WARNING = "ai-admission had an internal error and admitted this pod unchecked"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # an object is at most ~1.5 MiB in etcd; a review carries object and oldObject
@@ -56,7 +56,7 @@ def _read_review() -> AdmissionRequest:
     return parse_review(body)
 
 
-_KNOWN_KINDS = frozenset({"Pod", *(kind for _, kind in EXTRACTORS)})
+_KNOWN_KINDS = frozenset({"Pod", *(kind for _, kind in KINDS)})
 
 
 def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:

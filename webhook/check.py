@@ -16,6 +16,7 @@ import yaml
 
 from . import podview
 from .admission import Verdict, judge_object, judge_pod, object_subject, resolve_mode
+from .kinds import KINDS, group_of
 from .mutate import mutate_pod
 from .rules import Rules
 
@@ -49,6 +50,8 @@ class Result:
     verdict: Verdict
     mutated: dict[str, Any] | None = None
     workload: str = "none"
+    reason: str = ""          # why the pod has its class
+    generic: bool = False     # the kind is not one ai-admission knows: its pod spec was found by shape
 
     @property
     def status(self) -> str:
@@ -59,7 +62,8 @@ class Result:
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.document.source, "document": self.document.index + 1, "kind": self.kind,
                 "namespace": self.namespace, "name": self.name, "template": self.path, "verdict": self.status,
-                "class": self.workload, "allowed": self.verdict.allowed, "mode": self.verdict.mode,
+                "class": self.workload, "classReason": self.reason, "readGenerically": self.generic,
+                "allowed": self.verdict.allowed, "mode": self.verdict.mode,
                 "reasons": self.verdict.reason_codes,
                 "denials": [f.code for f in self.verdict.findings if f.severity == "deny"],
                 "message": self.verdict.message,
@@ -119,24 +123,48 @@ def read_documents(sources: Iterable[str], stdin: TextIO | None = None) -> Itera
                 yield Document(name, index, obj)
 
 
+class Index:
+    """The documents of one check by kind, name and namespace, for objects a template refers to (a TrainJob's
+    runtime)."""
+
+    def __init__(self, documents: list[Document]) -> None:
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for document in documents:
+            meta = podview.metadata(document.obj)
+            key = (str(document.obj.get("kind", "")), str(meta.get("name", "")), str(meta.get("namespace") or ""))
+            self._objects[key] = document.obj
+
+    def find(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        return self._objects.get((kind, name, namespace)) or self._objects.get((kind, name, ""))
+
+
 def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None) -> Report:
-    """Judge every document exactly as the webhook would (the mode in force for its namespace applies)."""
+    """Judge every document exactly as the webhook would (the mode in force for its namespace applies).
+
+    Pods and the pod templates of the kinds ai-admission knows are judged; any other object with a pod spec that
+    asks for an accelerator is judged too, marked as read generically; objects with no pod spec are skipped.
+    """
     report = Report()
+    documents = list(documents)
+    index = Index(documents)
     for document in documents:
         obj = document.obj
         meta = podview.metadata(obj)
-        ns = str(meta.get("namespace") or namespace or "default")
-        mode = resolve_mode(rules, namespace=ns, path_mode=None)
         kind = str(obj.get("kind"))
+        known = KINDS.get((group_of(str(obj.get("apiVersion", ""))), kind))
+        cluster_scoped = known is not None and known.scope == "Cluster"
+        ns = "" if cluster_scoped else str(meta.get("namespace") or namespace or "default")
+        mode = resolve_mode(rules, namespace=ns, path_mode=None)
         name = str(meta.get("name") or meta.get("generateName") or "")
         if kind == "Pod" and str(obj.get("apiVersion")) == "v1":
             verdict = judge_pod(obj, rules=rules, mode=mode, subject=object_subject(obj, kind="pod", namespace=ns))
             profile = verdict.profile
             mutated = mutate_pod(obj, profile, rules).pod if profile else None
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
-                                         profile.workload if profile else "none"))
+                                         profile.workload if profile else "none",
+                                         profile.classification.reason if profile else ""))
             continue
-        judged = judge_object(obj, rules=rules, mode=mode, namespace=ns)
+        judged = judge_object(obj, rules=rules, mode=mode, namespace=ns, resolve=index.find)
         if judged is None:
             report.skipped.append(document)
             continue
@@ -145,16 +173,18 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
             assert profile is not None  # judge_pod always profiles the pod
             mutated = mutate_pod(template.pod, profile, rules).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
-                                         profile.workload))
+                                         profile.workload, profile.classification.reason, template.generic))
     return report
 
 
 def render_text(report: Report) -> str:
     lines = []
     for r in report.results:
-        target = f"{r.kind} {r.namespace}/{r.name}" + (f" {r.path}" if r.path else "")
+        target = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}" + (f" {r.path}" if r.path else "")
         reasons = ",".join(r.verdict.reason_codes) or "-"
-        lines.append(f"{r.status:<5} {target}  class={r.workload}  reasons={reasons}")
+        why = f" ({r.reason})" if r.reason else ""
+        generic = "  (kind read generically)" if r.generic else ""
+        lines.append(f"{r.status:<5} {target}  class={r.workload}{why}  reasons={reasons}{generic}")
         if r.verdict.message:
             lines.extend(f"      {line}" for line in r.verdict.message.splitlines()[1:])
         lines.extend(f"      warning: {w}" for w in r.verdict.warnings)
@@ -177,6 +207,14 @@ def render_json(report: Report) -> str:
 
 
 def render_yaml(report: Report) -> str:
-    """The pods as they will be after mutation (for templates: the pod the controller will create)."""
-    pods = [r.mutated for r in report.results if r.mutated is not None]
-    return yaml.safe_dump_all(pods, sort_keys=False)
+    """The pods as they will be after mutation (for templates: the pod the controller will create); for what is
+    denied, the verdict instead: a denied pod is never created, so its mutated form would mislead."""
+    documents: list[dict[str, Any]] = []
+    for r in report.results:
+        if not r.verdict.allowed:
+            documents.append({"verdict": r.status, "kind": r.kind, "namespace": r.namespace, "name": r.name,
+                              "template": r.path, "class": r.workload, "reasons": r.verdict.reason_codes,
+                              "message": r.verdict.message})
+        elif r.mutated is not None:
+            documents.append(r.mutated)
+    return yaml.safe_dump_all(documents, sort_keys=False)

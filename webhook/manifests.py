@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from .rules import Rules
-from .templates import RESOURCES
+from .kinds import KINDS
 
 NAME = "ai-admission"
 EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "ai-admission"]
@@ -57,12 +57,14 @@ def _namespace_selector(mode: str | None) -> dict[str, Any]:
 
 
 def _template_rules() -> list[dict[str, Any]]:
-    by_group: dict[str, list[str]] = defaultdict(list)
-    for (group, _kind), resource in RESOURCES.items():
-        if resource not in by_group[group]:
-            by_group[group].append(resource)
+    """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.kinds)."""
+    by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for kind in KINDS.values():
+        resources = by_group[(kind.group, kind.scope)]
+        if kind.resource not in resources:
+            resources.append(kind.resource)
     return [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-             "resources": sorted(resources), "scope": "Namespaced"} for group, resources in sorted(by_group.items())]
+             "resources": sorted(resources), "scope": scope} for (group, scope), resources in sorted(by_group.items())]
 
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],

@@ -43,7 +43,7 @@ class _Context:
     """
 
     __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes", "plan", "settings",
-                 "spec", "labels", "multi_node_training")
+                 "spec", "labels", "multi_node")
 
     def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, policy: ClassPolicy, warnings: list[str],
                  missing_priority_classes: frozenset[str] = frozenset()) -> None:
@@ -57,7 +57,7 @@ class _Context:
         self.settings: MutationSettings = rules.mutation
         self.spec: dict[str, Any] = podview.spec(edit.doc)
         self.labels: Mapping[str, str] = profile.facts.labels
-        self.multi_node_training: bool = profile.workload == "training" and profile.multi_node
+        self.multi_node: bool = profile.multi_node
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -144,9 +144,31 @@ def add_shm(ctx: _Context) -> None:
         ctx.edit.append((*path, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
+def pod_fabric(profile: Profile, rules: Rules) -> str:
+    """The network fabric of the nodes a pod will run on: the instance type's, a node label the pod selects, its GPU
+    model's, or the rules' default (see rules `fabrics`)."""
+    choice = profile.choice
+    if choice is not None and choice.fabric is not None:
+        return choice.fabric
+    settings = rules.fabrics
+    selector = podview.string_map(profile.facts.spec.get("nodeSelector"))
+    for key, values, fabric in settings.by_node_label:
+        value = selector.get(key)
+        if value is not None and (values is None or value in values):
+            return fabric
+    model = profile.model
+    if model is not None and model.name in settings.by_model:
+        return settings.by_model[model.name]
+    return settings.default
+
+
 def add_nccl_env(ctx: _Context) -> None:
-    """NCCL over InfiniBand for the GPU containers of multi-node jobs; a variable the user set is never replaced."""
-    if not ctx.plan.nccl_env or not (ctx.multi_node_training or ctx.plan.nccl_single_node):
+    """NCCL settings of the pod's network fabric for the GPU containers of multi-node pods; a variable the user set
+    is never replaced. A fabric the rules do not describe gets nothing: a wrong interface name stops NCCL."""
+    if not ctx.plan.nccl or not (ctx.multi_node or ctx.plan.nccl_single_node):
+        return
+    env = ctx.rules.fabrics.env.get(pod_fabric(ctx.profile, ctx.rules), ())
+    if not env:
         return
     for path, container in ctx.gpu_containers():
         if podview.as_list(container.get("envFrom")):
@@ -154,7 +176,7 @@ def add_nccl_env(ctx: _Context) -> None:
                                 f"override; NCCL defaults were not added to it")
             continue
         present = podview.container_env(container)
-        ctx.edit.extend((*path, "env"), [{"name": name, "value": value} for name, value in ctx.plan.nccl_env
+        ctx.edit.extend((*path, "env"), [{"name": name, "value": value} for name, value in env
                                          if name not in present])
 
 
@@ -206,8 +228,8 @@ def add_tolerations(ctx: _Context) -> None:
 def pin_model(ctx: _Context) -> None:
     """A model named only by annotation gets the nodeSelector that makes the scheduler honour it."""
     model = ctx.profile.model
-    if model is None or ctx.profile.is_mig:
-        return
+    if model is None or ctx.profile.is_mig or not ctx.profile.hints.gpu_model:
+        return  # only ai-admission's own annotation names a model the scheduler would not otherwise honour
     if ctx.profile.pinned_model is not None:
         return  # a nodeSelector or required affinity already pins a model; never override it
     key = ctx.settings.model_node_selector_key
@@ -215,9 +237,10 @@ def pin_model(ctx: _Context) -> None:
 
 
 def add_topology(ctx: _Context) -> None:
-    """Pack a multi-node job under one switch; spread inference replicas over nodes and zones."""
+    """Pack a multi-node job (training, or a model served by several pods) under one switch; spread single-pod
+    replicas over nodes and zones."""
     affinity_plan = ctx.plan.pod_affinity
-    if affinity_plan is not None and ctx.multi_node_training:
+    if affinity_plan is not None and ctx.multi_node:
         job = ctx.job_label()
         if job is not None:
             term = {"labelSelector": {"matchLabels": {job[0]: job[1]}}, "topologyKey": affinity_plan.topology_key}
@@ -232,7 +255,7 @@ def add_topology(ctx: _Context) -> None:
                            for p in podview.as_list(ctx.edit.get(path))):
                     ctx.edit.append(path, {"weight": affinity_plan.weight, "podAffinityTerm": term})
     spread = ctx.plan.topology_spread
-    if spread is not None:
+    if spread is not None and not ctx.multi_node:
         labels = ctx.labels
         key = next((k for k in ctx.settings.app_labels if labels.get(k)), None)
         if key is None:
@@ -254,11 +277,11 @@ def add_gang(ctx: _Context) -> None:
     ``default-scheduler`` counts as unset: the API server fills it in before admission.
     """
     gang = ctx.plan.gang
-    if gang is None or not ctx.multi_node_training:
+    if gang is None or not ctx.multi_node:
         return
     job = ctx.job_label()
     if job is None:
-        ctx.warnings.append("multi-node training pod carries no job-name label; no pod group was set")
+        ctx.warnings.append("multi-node pod carries no job-name label; no pod group was set")
         return
     if ctx.spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
         ctx.edit.set(("spec", "schedulerName"), gang.scheduler_name)
@@ -271,7 +294,7 @@ def add_gang(ctx: _Context) -> None:
 def add_rdma(ctx: _Context) -> None:
     """The RDMA device and IPC_LOCK (NCCL pins memory for InfiniBand) on multi-node training GPU containers."""
     rdma = ctx.plan.rdma
-    if rdma is None or not ctx.multi_node_training:
+    if rdma is None or not ctx.multi_node:
         return
     for path, container in ctx.gpu_containers():
         requests, limits = podview.resources(container)
@@ -300,24 +323,35 @@ def add_deadline(ctx: _Context) -> None:
 def _summary_key(profile: Profile) -> tuple[Any, ...]:
     return (profile.workload, profile.classification.reason, tuple(sorted(profile.gpus.items())),
             profile.model.name if profile.model else profile.model_name, profile.memory_per_gpu,
-            profile.preemptible, profile.multi_node)
+            profile.preemptible, profile.multi_node, profile.world.pods)
+
+
+def readable_bytes(amount: Decimal) -> str:
+    """A byte count for people: exact (32Gi, 1536Mi) when it is a whole number of MiB, else GiB to one decimal."""
+    whole = amount.to_integral_value()
+    if whole == amount and int(whole) % 2**20 == 0:
+        return format_quantity(amount)
+    return format_bytes(amount)
 
 
 @functools.lru_cache(maxsize=1024)
 def _summary_text(workload: str, reason: str, gpus: tuple[tuple[str, int], ...], model: str | None,
-                  per_gpu: Decimal | None, preemptible: bool, multi_node: bool) -> str:
+                  per_gpu: Decimal | None, preemptible: bool, multi_node: bool, pods: int) -> str:
     """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision.
 
     Cached, as the pods of one job or ReplicaSet all get the same text."""
-    return orjson.dumps({
+    summary: dict[str, Any] = {
         "class": workload,
         "reason": reason,
         "gpus": dict(gpus),
         "model": model,
-        "gpuMemoryPerGpu": format_quantity(per_gpu) if per_gpu is not None else None,
+        "gpuMemoryPerGpu": readable_bytes(per_gpu) if per_gpu is not None else None,
         "preemptible": preemptible,
         "multiNode": multi_node,
-    }, option=orjson.OPT_SORT_KEYS).decode()
+    }
+    if pods > 1:
+        summary["jobPods"] = pods
+    return orjson.dumps(summary, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def record_profile(ctx: _Context) -> None:

@@ -7,88 +7,194 @@ Whether a deny finding rejects the pod is the mode's business (see `admission`),
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any, Mapping
 
 from . import names, podview
 from .findings import Finding, deny, warn
-from .profile import Profile, cards_needed
+from .profile import Profile
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
 
 
-def _example_model(rules: Rules) -> GpuModel:
-    return rules.catalog.get("a100-80g") or next(iter(rules.catalog.values()))
+def _models_of(rules: Rules, vendor: str | None) -> list[GpuModel]:
+    """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order."""
+    models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor]
+    return models or list(rules.catalog.values())
 
 
-def _model_fix(rules: Rules) -> str:
-    model = _example_model(rules)
+def _vendor(profile: Profile) -> str | None:
+    return profile.vendors[0] if len(profile.vendors) == 1 else None
+
+
+KNOWN_LISTED = 8
+
+
+def _known(rules: Rules, vendor: str | None) -> str:
+    """The catalog's models of the vendor for a message: the first few (catalog order), and how many more."""
+    names = [m.name for m in _models_of(rules, vendor)]
+    more = len(names) - KNOWN_LISTED
+    return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _model_fix(rules: Rules, vendor: str | None) -> str:
+    model = _models_of(rules, vendor)[0]
     key = rules.model_keys[0]
     return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
-            f'"{names.GPU_MODEL}: {model.name}" (known models: {", ".join(rules.catalog)})')
+            f'"{names.GPU_MODEL}: {model.name}" (known {vendor + " " if vendor else ""}models: {_known(rules, vendor)})')
 
 
-def _memory_fix(rules: Rules) -> str:
+_EXAMPLE_GIB = (40, 20, 16, 12, 8, 4, 2, 1)
+
+
+def example_memory(model: GpuModel | None) -> str:
+    """A per-GPU memory need to show in a hint: a round figure that a card of ``model`` holds with room to spare."""
+    if model is None:
+        return "40Gi"
+    return next((f"{g}Gi" for g in _EXAMPLE_GIB if g * 2**30 <= model.memory * Decimal("0.6")), "1Gi")
+
+
+def _memory_fix(rules: Rules, model: GpuModel | None) -> str:
     precision = "bf16" if "bf16" in rules.precisions else next(iter(rules.precisions))
-    return (f'add annotation "{names.GPU_MEMORY}: 40Gi" (per GPU), or "{names.MODEL_PARAMS}: 7B" with '
-            f'"{names.MODEL_PRECISION}: {precision}"')
+    example = model or _models_of(rules, None)[0]
+    return (f'add annotation "{names.GPU_MEMORY}: {example_memory(example)}" (per GPU), or '
+            f'"{names.MODEL_PARAMS}: 7B" with "{names.MODEL_PRECISION}: {precision}"')
 
 
-def _bigger_models(rules: Rules, need: Decimal) -> list[str]:
-    return [m.name for m in sorted(rules.catalog.values(), key=lambda m: m.memory) if m.memory >= need]
+def _bigger_models(rules: Rules, need: Decimal, vendor: str | None) -> str:
+    """The models of the vendor whose cards hold ``need`` (smallest first, the first few), or "" when none does."""
+    names = [m.name for m in sorted(_models_of(rules, vendor), key=lambda m: m.memory) if m.memory >= need]
+    more = len(names) - KNOWN_LISTED
+    return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
-def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
+def parallel_size(needed: int, node_gpus: int) -> int:
+    """The GPU count to suggest for ``needed`` cards: the next power of two (the sizes tensor parallelism
+    takes), or the whole node when that is all a node has."""
+    size = 1
+    while size < needed:
+        size *= 2
+    return size if size <= node_gpus or needed > node_gpus else node_gpus
+
+
+def _node_gpus(profile: Profile) -> int | None:
+    """GPUs one node holds where the pod can run: the instance type's, else the largest node of its models."""
+    if profile.choice is not None and profile.choice.node_gpus is not None:
+        return profile.choice.node_gpus
+    return max((m.gpus_per_node for m in profile.models), default=None)
+
+
+def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
+    """Is the model named, known, of the vendor asked for, and not contradicted?"""
     found: list[Finding] = []
+    vendor = _vendor(profile)
+    choice = profile.choice
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
-    if model_needed and profile.model_name is None:
-        found.append(deny("gpu-model-missing",
-                          f"{profile.gpu_text()} says how many GPUs but not which model: {_model_fix(rules)}"))
-    elif profile.model_name is not None and profile.model is None:
-        found.append(deny("gpu-model-unknown",
-                          f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog; '
-                          f'known models: {", ".join(rules.catalog)}'))
-    if profile.model is not None and profile.hints.gpu_model and profile.pinned_model:
-        pinned_model = rules.find_model(profile.pinned_model)
-        if pinned_model is not None and pinned_model is not profile.model:
+    if choice is None:
+        if model_needed:
+            found.append(deny("gpu-model-missing", f"{profile.gpu_text()} says how many GPUs but not which model: "
+                                                   f"{_model_fix(rules, vendor)}"))
+        return found
+    if choice.unknown:
+        what = (f'GPU model "{choice.unknown[0]}"' if len(choice.unknown) == 1
+                else "GPU models " + ", ".join(f'"{u}"' for u in choice.unknown))
+        verb = "is" if len(choice.unknown) == 1 else "are"
+        found.append(deny("gpu-model-unknown", f"{what} ({choice.source}) {verb} not in the catalog; known "
+                                               f"{vendor + ' ' if vendor else ''}models: {_known(rules, vendor)}"))
+    wrong = [m for m in choice.models if m.vendor not in profile.vendors] if profile.vendors else []
+    if wrong:
+        asked = " and ".join(r for r in sorted(profile.gpus) if rules.vendor_of(r))
+        found.append(deny("gpu-vendor-mismatch",
+                          f"{asked} asks for {'/'.join(profile.vendors)} GPUs but {choice.source} names "
+                          f"{', '.join(f'{m.name} ({m.vendor})' for m in wrong)}; name one of the {'/'.join(profile.vendors)} "
+                          f"models instead: {_model_fix(rules, vendor)}"))
+    pinned = profile.pinned
+    if profile.hints.gpu_model and pinned is not None and choice.models and pinned.models:
+        if choice.models[0] not in pinned.models:
             found.append(deny("gpu-model-conflict",
                               f'annotation {names.GPU_MODEL} says "{profile.hints.gpu_model}" but '
-                              f'{profile.pinned_where} pins "{profile.pinned_model}" ({pinned_model.name}); '
-                              f"keep one of them"))
-    if profile.memory_per_gpu is None:
-        found.append(deny("gpu-memory-missing",
-                          f"{profile.gpu_text()} does not say how much GPU memory it needs: {_memory_fix(rules)}"))
-
-    model = profile.model
-    if model is None or profile.is_mig:
-        return found
-    count = profile.gpu_count
-    if count > model.gpus_per_node:
-        found.append(deny("gpu-count-exceeds-node",
-                          f"{count} GPUs in one pod, but one {model.name} node holds {model.gpus_per_node}; "
-                          f"split the work over several pods (one per node) or use fewer GPUs"))
-    if profile.memory_per_gpu is not None and profile.memory_per_gpu > model.memory:
-        card = format_bytes(model.memory)
-        if profile.hints.gpu_memory is not None:
-            bigger = _bigger_models(rules, profile.memory_per_gpu)
-            advice = f"use a model with more memory ({', '.join(bigger)})" if bigger else "shard the model further"
-            found.append(deny("gpu-memory-exceeds",
-                              f"needs {format_bytes(profile.memory_per_gpu)} of GPU memory per GPU "
-                              f"({profile.memory_source}) but a {model.name} card holds {card}; {advice}"))
-        else:
-            assert profile.memory_total is not None
-            needed = cards_needed(profile.memory_total, model)
-            domain = "one node, one NVLink domain" if model.interconnect == "nvlink" else "on one node"
-            advice = f"ask for at least {needed} GPUs ({domain})"
-            if needed > model.gpus_per_node:
-                bigger = _bigger_models(rules, profile.memory_total / model.gpus_per_node)
-                advice = (f"that is {needed} GPUs, more than the {model.gpus_per_node} one {model.name} node holds; "
-                          + (f"use a model with more memory per card ({', '.join(bigger)})" if bigger
-                             else "shard the model over several pods"))
-            found.append(deny("gpu-memory-exceeds",
-                              f"needs {format_bytes(profile.memory_total)} of GPU memory ({profile.memory_source}) "
-                              f"but {count} x {model.name} give {format_bytes(model.memory * count)}; {advice}"))
+                              f'{pinned.source} pins "{pinned.written}" '
+                              f"({', '.join(m.name for m in pinned.models)}); keep one of them"))
     return found
+
+
+def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[list[Finding], list[Finding]]:
+    """(denials, warnings) of the memory need against the GPUs of ``model`` the pod gets."""
+    denials: list[Finding] = []
+    notes: list[Finding] = []
+    per_gpu = profile.memory_per_gpu
+    memory = profile.card_memory
+    if per_gpu is None or memory is None or profile.is_mig or per_gpu <= 0:
+        return denials, notes
+    vendor = _vendor(profile)
+    card = format_bytes(memory)
+    name = profile.card_name
+    basis = profile.memory_basis
+    count = profile.gpu_count
+    if basis is None or basis[0] != "params":
+        if per_gpu > memory:
+            bigger = _bigger_models(rules, per_gpu, vendor)
+            advice = f"use a model with more memory ({bigger})" if bigger else "shard the model further"
+            denials.append(deny("gpu-memory-exceeds",
+                                f"needs {format_bytes(per_gpu)} of GPU memory per GPU ({profile.memory_source}) but "
+                                f"a {name} holds {card}; {advice}"))
+        return denials, notes
+    total = profile.memory_total
+    assert total is not None
+    world = profile.world
+    pod_cards = max(count, 1)
+    if per_gpu > memory:
+        needed = max(1, math.ceil(total / memory))
+        node_gpus = _node_gpus(profile) or model.gpus_per_node
+        if world.pods > 1:
+            bigger = _bigger_models(rules, per_gpu, vendor)
+            advice = (f"use a model with more memory per card ({bigger})" if bigger
+                      else "use more pods or more GPUs per pod")
+            denials.append(deny("gpu-memory-exceeds",
+                                f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}); even sharded "
+                                f"over all {profile.job_gpus} GPUs of the job ({world.pods} pods from "
+                                f"{world.source}, {pod_cards} GPUs each) that is {format_bytes(per_gpu)} per GPU, more "
+                                f"than a {name} holds ({card}); {needed} of them would hold it: {advice}"))
+            return denials, notes
+        domain = "one node, one NVLink domain" if model.interconnect == "nvlink" else "on one node"
+        advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({domain})"
+        if needed > node_gpus:
+            bigger = _bigger_models(rules, total / node_gpus, vendor)
+            advice = (f"that is {needed} GPUs, more than the {node_gpus} one {model.name} node holds; "
+                      + (f"use a model with more memory per card ({bigger})" if bigger
+                         else "shard the model over several pods"))
+        denials.append(deny("gpu-memory-exceeds",
+                            f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}) but {pod_cards} x "
+                            f"{model.name} give {format_bytes(memory * pod_cards)}; {advice}"))
+        return denials, notes
+    if world.pods > 1 and total > memory * pod_cards:
+        notes.append(warn("gpu-memory-sharded",
+                          f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}), more than the "
+                          f"pod's {pod_cards} x {model.name} hold ({format_bytes(memory * pod_cards)}); it fits only "
+                          f"sharded over all {profile.job_gpus} GPUs of the job ({world.pods} pods from "
+                          f"{world.source}), {format_bytes(per_gpu)} per GPU"))
+    return denials, notes
+
+
+def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[Finding]]:
+    """(denials, warnings) about the GPUs: model, memory, count."""
+    found = _model_findings(profile, rules)
+    if not profile.memory_stated:
+        found.append(deny("gpu-memory-missing", f"{profile.gpu_text()} does not say how much GPU memory it needs: "
+                                                f"{_memory_fix(rules, profile.model)}"))
+    model = profile.model
+    if model is None or profile.is_mig or any(f.code == "gpu-vendor-mismatch" for f in found):
+        return found, []
+    count = profile.gpu_count
+    node_gpus = _node_gpus(profile) or model.gpus_per_node
+    sliced = profile.choice is not None and profile.choice.device_memory is not None
+    if count > node_gpus and not sliced:
+        found.append(deny("gpu-count-exceeds-node",
+                          f"{count} GPUs in one pod, but one {model.name} node holds {node_gpus}; split the work over "
+                          f"several pods (one per node) or use fewer GPUs"))
+    denials, notes = _memory_findings(profile, rules, model)
+    return found + denials, notes
 
 
 def _priority_finding(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> Finding | None:
@@ -138,7 +244,9 @@ def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Fin
     """Every finding for ``pod``: deny findings first (in a stable order), then warnings."""
     found: list[Finding] = list(profile.problems)
     if profile.gpu_count:
-        found.extend(_gpu_findings(profile, rules))
+        denials, notes = _gpu_findings(profile, rules)
+        found.extend(denials)
+        found.extend(notes)
     priority = _priority_finding(pod, profile, rules)
     if priority:
         found.append(priority)
@@ -146,11 +254,13 @@ def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Fin
         if rules.warn_missing_host_memory:
             found.extend(_host_memory_findings(pod, profile))
         model = profile.model
+        parallel = profile.tensor_parallel
         if (rules.warn_tensor_parallel_over_pcie and model is not None and model.interconnect == "pcie"
-                and profile.gpu_count > 1 and profile.memory_total is not None and profile.memory_total > model.memory):
+                and parallel is not None and parallel[0] > 1 and profile.gpu_count > 1):
             found.append(warn("tensor-parallel-over-pcie",
-                              f"the model spans {profile.gpu_count} {model.name} cards joined only by PCIe; tensor "
-                              f"parallelism will be slow, prefer an NVLink model or fewer, larger cards"))
+                              f"the model is split over {parallel[0]} {model.name} cards joined only by PCIe "
+                              f"({parallel[1]}); tensor parallelism will be slow, prefer an NVLink model or fewer, "
+                              f"larger cards"))
     policy = rules.classes.get(profile.workload)
     if policy is not None and policy.warn_guaranteed_qos:
         qos = _qos_finding(pod)

@@ -2,7 +2,9 @@
 
 GPU counts follow the scheduler's effective-request rule, so the profile agrees with what the pod will
 actually hold: init containers run one at a time before the app containers, except restartable (sidecar) init
-containers that keep running beside everything started after them.
+containers that keep running beside everything started after them. The model and memory come from wherever the
+pod states them (`webhook.models`); a distributed job's memory need is spread over all its GPUs
+(`webhook.parallelism`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from . import names, podview
 from .classify import Classification, classify
 from .findings import Finding, deny
 from .hints import Hints, read_hints
+from .models import MemoryStatement, ModelChoice, annotated_models, pinned_models, stated_memory
+from .parallelism import SINGLE, World, tensor_parallel, world_of
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
@@ -33,11 +37,11 @@ class Profile:
     hints: Hints
     gpus: Mapping[str, int]                 # effective pod request per accelerator resource name
     mig_memory: Decimal | None              # memory a MIG slice brings, when every accelerator is a MIG slice
-    model: GpuModel | None
+    model: GpuModel | None                  # the model judged against: the smallest of those the pod allows
     model_name: str | None                  # as the user wrote it
     model_source: str | None                # "annotation ai-admission.io/gpu-model", "nodeSelector gpu-type", ...
-    memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold
-    memory_total: Decimal | None            # bytes over all the pod's cards
+    memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold (the job's GPUs all used)
+    memory_total: Decimal | None            # bytes over all the job's cards (the pod's, for a single pod)
     memory_basis: MemoryBasis | None        # how the need was worked out (see memory_source)
     preemptible: bool
     multi_node: bool
@@ -47,6 +51,36 @@ class Profile:
     accelerator_containers: tuple[ContainerKey, ...] = ()  # init containers first, each list in order
     pinned_model: str | None = None          # what the pod's own nodeSelector/affinity pins, if anything
     pinned_where: str | None = None
+    choice: ModelChoice | None = None        # every model the pod allows, and the names that are not models
+    pinned: ModelChoice | None = None        # the node selection's choice (for conflicts with the annotation)
+    memory_stated: bool = False              # the pod says its memory need (possibly as a share of the card)
+    world: World = field(default_factory=lambda: SINGLE)  # the pods of the pod's job
+    tensor_parallel: tuple[int, str] | None = None  # degree and where the pod says it
+    vendors: tuple[str, ...] = ()            # GPU vendors of the accelerator resources asked for (sorted)
+
+    @property
+    def models(self) -> tuple[GpuModel, ...]:
+        return self.choice.models if self.choice else (() if self.model is None else (self.model,))
+
+    @property
+    def card_memory(self) -> Decimal | None:
+        """Memory of each GPU device the pod gets: a MIG slice's when its node label names one, else the card's."""
+        if self.choice is not None and self.choice.device_memory is not None:
+            return self.choice.device_memory
+        return self.model.memory if self.model is not None else None
+
+    @property
+    def card_name(self) -> str:
+        """What one GPU device of the pod is, for messages ("h100-80g card", "a100-80g MIG 1g.10gb slice")."""
+        model = self.model.name if self.model is not None else "?"
+        if self.choice is not None and self.choice.device_memory is not None:
+            return f"{model} {self.choice.device}"
+        return f"{model} card"
+
+    @property
+    def job_gpus(self) -> int:
+        """GPUs of the whole job (this pod's times the job's pods): what a sharded model is spread over."""
+        return max(self.gpu_count, 1) * self.world.pods
 
     @property
     def memory_source(self) -> str | None:
@@ -177,25 +211,6 @@ def effective_gpus(facts: PodFacts, rules: Rules,
     return {name: count for name, count in result.items() if count > 0}, tuple(users)
 
 
-def pinned_model(facts: PodFacts, rules: Rules) -> tuple[str | None, str | None]:
-    """(model name as written, where) that the pod's own nodeSelector or a required affinity term pins."""
-    selector = podview.as_dict(facts.spec.get("nodeSelector"))
-    for key in rules.model_keys:
-        value = selector.get(key)
-        if value and isinstance(value, str):
-            return value, f"nodeSelector {key}"
-    affinity = podview.as_dict(podview.as_dict(facts.spec.get("affinity")).get("nodeAffinity"))
-    required = podview.as_dict(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    for term in podview.as_list(required.get("nodeSelectorTerms")):
-        for expression in podview.as_list(podview.as_dict(term).get("matchExpressions")):
-            expression = podview.as_dict(expression)
-            values = podview.as_list(expression.get("values"))
-            if (expression.get("key") in rules.model_keys and expression.get("operator") == "In"
-                    and len(values) == 1 and isinstance(values[0], str)):
-                return values[0], f"required node affinity {expression['key']} In [{values[0]}]"
-    return None, None
-
-
 def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
     """Memory per slice when every accelerator is a MIG slice of one size (nvidia.com/mig-1g.10gb -> 10 GB)."""
     if not gpus or rules.mig_pattern is None:
@@ -213,19 +228,31 @@ def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
 MemoryBasis = tuple[Any, ...]
 
 
-def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int,
-                 mig_memory: Decimal | None) -> tuple[Decimal | None, Decimal | None, MemoryBasis | None]:
-    """(per GPU, total, basis) of the GPU memory the pod needs, or Nones when it does not say."""
+def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int, mig_memory: Decimal | None,
+                 stated: MemoryStatement | None, model: GpuModel | None,
+                 world: World) -> tuple[Decimal | None, Decimal | None, MemoryBasis | None]:
+    """(per GPU, total, basis) of the GPU memory the pod needs, or Nones when it does not say.
+
+    A model size is spread over every GPU of the job (``world.pods`` pods of ``gpu_count`` each): the need when
+    the model is fully sharded. A need stated per GPU is per GPU whatever the job's size.
+    """
+    cards = max(gpu_count, 1)
     if hints.gpu_memory is not None:
-        total = hints.gpu_memory * max(gpu_count, 1)
-        return hints.gpu_memory, total, ("annotation", hints.gpu_memory)
+        return hints.gpu_memory, hints.gpu_memory * cards, ("annotation", hints.gpu_memory)
     if hints.model_params is not None and hints.model_precision is not None:
         policy = rules.classes.get(workload)
         factor = policy.memory_factor if policy else Decimal(1)
         per_param = rules.precisions[hints.model_precision]
         total = Decimal(hints.model_params) * per_param * factor
         basis = ("params", hints.model_params, per_param, hints.model_precision, factor, workload)
-        return total / max(gpu_count, 1), total, basis
+        return total / (cards * world.pods), total, basis
+    if stated is not None:
+        if stated.per_gpu is not None:
+            return stated.per_gpu, stated.per_gpu * cards, ("stated", stated.per_gpu, stated.source)
+        if stated.percent is not None and model is not None:
+            per_gpu = model.memory * stated.percent / 100
+            return per_gpu, per_gpu * cards, ("percent", stated.percent, stated.source, model.name)
+        return None, None, None
     if mig_memory is not None:
         return mig_memory, mig_memory * gpu_count, ("mig",)
     return None, None, None
@@ -236,6 +263,10 @@ def _explain_memory(basis: MemoryBasis | None) -> str | None:
         return None
     if basis[0] == "annotation":
         return f"annotation {names.GPU_MEMORY}={format_bytes(basis[1])} per GPU"
+    if basis[0] == "stated":
+        return f"{basis[2]}, {format_bytes(basis[1])} per GPU"
+    if basis[0] == "percent":
+        return f"{basis[2]} of a {basis[3]} card"
     if basis[0] == "params":
         _, params, per_param, precision, factor, workload = basis
         explanation = f"{_params_text(params)} params x {per_param.normalize():f} bytes ({precision})"
@@ -252,49 +283,67 @@ def _params_text(params: int) -> str:
     return str(params)
 
 
-def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str) -> tuple[bool, str | None]:
+def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str, world: World) -> tuple[bool, str | None]:
+    """Whether the pod is one of several pods of one job (they talk over the network, NCCL between nodes)."""
     if hints.multi_node is not None:
         return hints.multi_node, f"annotation {names.MULTI_NODE}={str(hints.multi_node).lower()}"
-    if workload != "training":
-        return False, None
-    world = facts.env.get("WORLD_SIZE")
-    try:
-        if world is not None and int(world) > 1:
-            return True, f"env WORLD_SIZE={world}"
-    except ValueError:
-        pass
-    replica_type = facts.labels.get("training.kubeflow.org/replica-type", "")
-    if replica_type.lower() in rules.multi_node_replica_types:
-        return True, f"replica type {replica_type}"
+    if world.pods > 1:
+        return True, f"{world.pods} pods ({world.source})"
+    if workload == "training":
+        replica_type = facts.labels.get("training.kubeflow.org/replica-type", "")
+        if replica_type.lower() in rules.multi_node_replica_types:
+            return True, f"replica type {replica_type}"
     return False, None
 
 
-def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
-    """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised."""
+def _choose_model(hints: Hints, facts: PodFacts, rules: Rules,
+                  pinned: ModelChoice | None) -> tuple[ModelChoice | None, str | None, str | None]:
+    """(choice, name as written, where): the annotation first, then the node selection, then a sharing
+    scheduler's annotation."""
+    if hints.gpu_model:
+        model = rules.find_model(hints.gpu_model)
+        choice = ModelChoice(written=hints.gpu_model, source=f"annotation {names.GPU_MODEL}",
+                             models=(model,) if model else (), unknown=() if model else (hints.gpu_model,))
+        return choice, choice.written, choice.source
+    chosen = pinned or annotated_models(facts, rules)
+    if chosen is None:
+        return None, None, None
+    return chosen, chosen.written, chosen.source
+
+
+def build_profile(pod: Mapping[str, Any], rules: Rules, *, world: World | None = None) -> Profile:
+    """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised.
+
+    ``world``: the job's size when the caller knows it better than the pod's env (a controller's template, whose
+    operator has not injected its env yet).
+    """
     facts = PodFacts(pod)
     hints = read_hints(facts, rules)
     problems: list[Finding] = list(hints.problems)
     gpus, users = effective_gpus(facts, rules, problems)
     classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
-    pinned, pinned_where = pinned_model(facts, rules)
-    model_name, model_source = (hints.gpu_model, f"annotation {names.GPU_MODEL}") if hints.gpu_model else (pinned, pinned_where)
-    model = rules.find_model(model_name) if model_name else None
+    pinned = pinned_models(facts, rules) if gpus else None
+    choice, model_name, model_source = _choose_model(hints, facts, rules, pinned) if gpus else (None, None, None)
+    model = choice.smallest if choice else None
     mig_memory = _mig_memory(gpus, rules)
-    per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)
+    job = world if world is not None else (world_of(facts, rules) if gpus else SINGLE)
+    stated = stated_memory(facts, rules) if gpus else None
+    per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory, stated,
+                                                model, job)
     policy = rules.classes.get(workload)
     preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
-    multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload)
+    multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload, job)
+    vendors = tuple(sorted({v for v in (rules.vendor_of(r) for r in gpus) if v}))
     return Profile(
         classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
         model=model, model_name=model_name, model_source=model_source,
         memory_per_gpu=per_gpu, memory_total=total, memory_basis=memory_basis,
         preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
-        problems=tuple(problems), accelerator_containers=users, pinned_model=pinned, pinned_where=pinned_where,
+        problems=tuple(problems), accelerator_containers=users,
+        pinned_model=pinned.written if pinned else None, pinned_where=pinned.source if pinned else None,
+        choice=choice, pinned=pinned,
+        memory_stated=per_gpu is not None or (stated is not None and stated.percent is not None),
+        world=job, tensor_parallel=tensor_parallel(facts, rules) if gpus else None, vendors=vendors,
         facts=facts,
     )
-
-
-def cards_needed(total: Decimal, model: GpuModel) -> int:
-    """The smallest number of ``model`` cards whose memory holds ``total`` bytes."""
-    return max(1, math.ceil(total / model.memory))

@@ -38,17 +38,77 @@ class RulesError(Exception):
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One catalog entry: what a card of this model holds and how many share a node."""
+    """One catalog entry: what a card of this model holds (as the device reports it) and how many share a node."""
 
     name: str
     memory: Decimal
     interconnect: str
     gpus_per_node: int
     labels: Mapping[str, str]
+    vendor: str = "nvidia"
+    source: str = ""
+    aliases: tuple[str, ...] = ()
 
     def label_value(self, key: str) -> str:
         """The node-label value naming this model under ``key`` (the catalog name when the key is not listed)."""
         return self.labels.get(key, self.name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every name the model goes by: catalog name, node-label values, aliases."""
+        return (self.name, *self.labels.values(), *self.aliases)
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """A cloud instance type: which GPU model it carries, how many, and its network fabric (None: not known)."""
+
+    name: str
+    model: GpuModel
+    gpus: int
+    fabric: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuNameEntry:
+    """A provisioner's short GPU name (Karpenter: "a100") with the memory the cloud API states for it."""
+
+    name: str
+    memory_mib: int | None
+    model: GpuModel
+
+
+@dataclass(frozen=True)
+class GpuNameLabels:
+    name_key: str
+    memory_key: str | None
+    entries: tuple[GpuNameEntry, ...]
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """Which network fabric a pod's nodes have, and the NCCL env for each fabric (see rules `fabrics`)."""
+
+    default: str = "unknown"
+    by_model: Mapping[str, str] = field(default_factory=dict)
+    by_node_label: tuple[tuple[str, frozenset[str] | None, str], ...] = ()  # (key, values or any, fabric)
+    env: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorldSettings:
+    """Where the number of pods of a distributed job is read from (see rules `worldSize`)."""
+
+    nodes_env: tuple[str, ...] = ()
+    processes_env: str | None = None
+    processes_per_node_env: str | None = None
+    nodes_env_sum_pattern: re.Pattern[str] | None = None
+
+
+@dataclass(frozen=True)
+class TensorParallelSettings:
+    env: tuple[str, ...] = ()
+    args: tuple[re.Pattern[str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +159,7 @@ class ClassMutation:
     """What /mutate adds to pods of one class; None or empty means that part is not added."""
 
     shm: ShmSpec | None = None
-    nccl_env: tuple[tuple[str, str], ...] = ()
+    nccl: bool = False  # the fabric's NCCL env for multi-node pods (see FabricSettings)
     nccl_single_node: bool = False
     tolerations: tuple[Mapping[str, Any], ...] = ()
     pod_affinity: PodAffinitySpec | None = None
@@ -286,6 +346,20 @@ class Rules:
     warn_missing_host_memory: bool
     warn_tensor_parallel_over_pcie: bool
     mutation: MutationSettings = field(default_factory=MutationSettings)
+    vendors: Mapping[str, str] = field(default_factory=dict)  # accelerator resource -> vendor
+    mig_vendor: str = "nvidia"
+    memory_resources: Mapping[str, Decimal] = field(default_factory=dict)  # resource -> bytes per unit, per GPU
+    memory_percent_resources: frozenset[str] = frozenset()
+    model_annotations: tuple[str, ...] = ()
+    model_label_suffix: re.Pattern[str] | None = None
+    memory_keys: tuple[str, ...] = ()
+    instance_type_keys: tuple[str, ...] = ()
+    instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
+    gpu_name_labels: GpuNameLabels | None = None
+    fabrics: FabricSettings = field(default_factory=FabricSettings)
+    world: WorldSettings = field(default_factory=WorldSettings)
+    tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
+    ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
     is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
@@ -294,7 +368,25 @@ class Rules:
         object.__setattr__(self, "is_accelerator", _remembered(self._names_accelerator))
 
     def find_model(self, name: str) -> GpuModel | None:
-        return self.model_index.get(normalize_model_name(name))
+        """The catalog model ``name`` stands for: a catalog name, alias or node-label value, compared without
+        case, also with GPU feature discovery's renaming undone (``-SHARED`` under time-slicing,
+        ``-MIG-1g.10gb`` in MIG mode) and with or without the ``NVIDIA-`` prefix old drivers left out."""
+        key = normalize_model_name(name)
+        found = self.model_index.get(key)
+        if found is None and self.model_label_suffix is not None:
+            stripped = self.model_label_suffix.sub("", str(name).strip())
+            if stripped != str(name).strip():
+                return self.find_model(stripped)
+        if found is None:
+            found = self.model_index.get(key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key)
+        return found
+
+    def vendor_of(self, resource: str) -> str | None:
+        """The GPU vendor an accelerator resource stands for (a MIG resource: the MIG vendor)."""
+        vendor = self.vendors.get(resource)
+        if vendor is None and self.mig_pattern is not None and self.mig_pattern.match(resource):
+            return self.mig_vendor
+        return vendor
 
     def _names_accelerator(self, resource: Any) -> bool:
         return isinstance(resource, str) and (
@@ -382,36 +474,38 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
     if document["defaultClass"] not in classes:
         raise _fail(source, ["defaultClass"], f"{document['defaultClass']!r} is not one of {', '.join(WORKLOAD_CLASSES)}")
 
-    catalog: dict[str, GpuModel] = {}
-    index: dict[str, GpuModel] = {}
-    for name, spec in document["catalog"].items():
-        try:
-            memory = parse_quantity(spec["memory"])
-        except QuantityError as exc:
-            raise _fail(source, ["catalog", name, "memory"], str(exc)) from exc
-        model = GpuModel(name=name, memory=memory, interconnect=str(spec["interconnect"]).lower(),
-                         gpus_per_node=int(spec["gpusPerNode"]), labels=dict(spec.get("labels") or {}))
-        catalog[name] = model
-        for alias in [name, *model.labels.values(), *(spec.get("aliases") or [])]:
-            key = normalize_model_name(alias)
-            other = index.get(key)
-            if other is not None and other is not model:
-                raise _fail(source, ["catalog", name], f"name {alias!r} already names {other.name!r}")
-            index[key] = model
-
+    catalog, index = _compile_catalog(document["catalog"], source)
     signals = tuple(_compile_signal(i, spec) for i, spec in enumerate(document["signals"]))
     accelerators = document["accelerators"]
     mig = accelerators.get("migPattern")
     modes = document["modes"]
     validation = document.get("validation") or {}
+    suffix = document.get("modelLabelSuffix")
     return Rules(
         source=source,
         default_class=document["defaultClass"],
         default_mode=modes["default"],
         namespace_modes=dict(modes.get("namespaces") or {}),
         gpu_resources=frozenset(accelerators["resources"]),
+        vendors=dict(accelerators["resources"]),
         mig_pattern=re.compile(mig) if mig else None,
+        mig_vendor=accelerators.get("migVendor", "nvidia"),
         mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
+        memory_resources={name: _quantity(unit, source, ["accelerators", "memoryResources", name])
+                          for name, unit in (accelerators.get("memoryResources") or {}).items()},
+        memory_percent_resources=frozenset(accelerators.get("memoryPercentResources") or ()),
+        model_annotations=tuple(accelerators.get("modelAnnotations") or ()),
+        model_label_suffix=re.compile(suffix) if suffix else None,
+        memory_keys=tuple(document.get("memoryKeys") or ()),
+        instance_type_keys=tuple(document.get("instanceTypeKeys") or ()),
+        instance_types=_compile_instance_types(document.get("instanceTypes") or {}, catalog, source),
+        gpu_name_labels=_compile_gpu_name_labels(document.get("gpuNameLabels"), catalog, source),
+        fabrics=_compile_fabrics(document.get("fabrics") or {}, catalog, source),
+        world=_compile_world(document.get("worldSize") or {}),
+        tensor_parallel=TensorParallelSettings(
+            env=tuple((document.get("tensorParallel") or {}).get("env") or ()),
+            args=tuple(re.compile(a) for a in (document.get("tensorParallel") or {}).get("args") or ())),
+        ray_train_pattern=re.compile(document["rayTrain"]) if document.get("rayTrain") else None,
         model_keys=tuple(document["modelKeys"]),
         precisions={k.lower(): Decimal(str(v)) for k, v in document["precisions"].items()},
         catalog=catalog,
@@ -425,6 +519,82 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         mutation=_compile_mutation_settings(document.get("mutation") or {}),
         raw=document,
     )
+
+
+def _quantity(value: Any, source: str, where: list[Any]) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except QuantityError as exc:
+        raise _fail(source, where, str(exc)) from exc
+
+
+def _compile_catalog(spec: Mapping[str, Any], source: str) -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
+    """The models by catalog name, and an index of every name a model goes by (normalised) to the model."""
+    catalog: dict[str, GpuModel] = {}
+    index: dict[str, GpuModel] = {}
+    for name, entry in spec.items():
+        model = GpuModel(name=name, memory=_quantity(entry["memory"], source, ["catalog", name, "memory"]),
+                         interconnect=str(entry["interconnect"]).lower(), gpus_per_node=int(entry["gpusPerNode"]),
+                         labels=dict(entry.get("labels") or {}), vendor=entry["vendor"],
+                         source=entry.get("source", ""), aliases=tuple(entry.get("aliases") or ()))
+        catalog[name] = model
+        for alias in model.names():
+            key = normalize_model_name(alias)
+            other = index.get(key)
+            if other is not None and other is not model:
+                raise _fail(source, ["catalog", name], f"name {alias!r} already names {other.name!r}")
+            index[key] = model
+    return catalog, index
+
+
+def _model_ref(name: str, catalog: Mapping[str, GpuModel], source: str, where: list[Any]) -> GpuModel:
+    model = catalog.get(name)
+    if model is None:
+        raise _fail(source, where, f"{name!r} is not a model of the catalog")
+    return model
+
+
+def _compile_instance_types(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel],
+                            source: str) -> dict[str, InstanceType]:
+    return {name: InstanceType(name=name, model=_model_ref(entry["model"], catalog, source, ["instanceTypes", name, "model"]),
+                               gpus=int(entry["gpus"]), fabric=entry.get("fabric"), source=entry["source"])
+            for name, entry in spec.items()}
+
+
+def _compile_gpu_name_labels(spec: Mapping[str, Any] | None, catalog: Mapping[str, GpuModel],
+                             source: str) -> GpuNameLabels | None:
+    if not spec:
+        return None
+    entries = tuple(GpuNameEntry(name=str(e["name"]).lower(), memory_mib=e.get("memoryMiB"),
+                                 model=_model_ref(e["model"], catalog, source, ["gpuNameLabels", "models", i, "model"]))
+                    for i, e in enumerate(spec.get("models") or ()))
+    return GpuNameLabels(name_key=spec["nameKey"], memory_key=spec.get("memoryKey"), entries=entries)
+
+
+def _compile_fabrics(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel], source: str) -> FabricSettings:
+    if not spec:
+        return FabricSettings()
+    env = {name: tuple((k, str(v)) for k, v in (values or {}).items()) for name, values in spec["env"].items()}
+    named = [("default", spec["default"])]
+    named += [(f"byModel.{m}", f) for m, f in (spec.get("byModel") or {}).items()]
+    named += [(f"byNodeLabel[{i}]", e["fabric"]) for i, e in enumerate(spec.get("byNodeLabel") or ())]
+    for where, fabric in named:
+        if fabric not in env:
+            raise _fail(source, ["fabrics", where], f"fabric {fabric!r} has no entry under fabrics.env")
+    for model in spec.get("byModel") or {}:
+        _model_ref(model, catalog, source, ["fabrics", "byModel", model])
+    return FabricSettings(
+        default=spec["default"], by_model=dict(spec.get("byModel") or {}),
+        by_node_label=tuple((e["key"], frozenset(e["values"]) if "values" in e else None, e["fabric"])
+                            for e in spec.get("byNodeLabel") or ()),
+        env=env)
+
+
+def _compile_world(spec: Mapping[str, Any]) -> WorldSettings:
+    pattern = spec.get("nodesEnvSumPattern")
+    return WorldSettings(nodes_env=tuple(spec.get("nodesEnv") or ()), processes_env=spec.get("processesEnv"),
+                         processes_per_node_env=spec.get("processesPerNodeEnv"),
+                         nodes_env_sum_pattern=re.compile(pattern) if pattern else None)
 
 
 def _compile_mutation_settings(spec: Mapping[str, Any]) -> MutationSettings:
@@ -454,12 +624,12 @@ def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: s
     spread = spec.get("topologySpread")
     gang = spec.get("gang")
     rdma = spec.get("rdma")
-    nccl = spec.get("nccl") or {}
+    nccl = spec.get("nccl")
     return ClassMutation(
         shm=ShmSpec(per_gpu=quantity("perGpu", shm["perGpu"]), max=quantity("max", shm["max"]),
                     without_memory_limit=quantity("withoutMemoryLimit", shm["withoutMemoryLimit"])) if shm else None,
-        nccl_env=tuple((k, str(v)) for k, v in (nccl.get("env") or {}).items()),
-        nccl_single_node=bool(nccl.get("singleNode", False)),
+        nccl=nccl is not None,
+        nccl_single_node=bool((nccl or {}).get("singleNode", False)),
         tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
         pod_affinity=PodAffinitySpec(topology_key=affinity["topologyKey"], required=affinity.get("mode") == "required",
                                      weight=int(affinity.get("weight", 100))) if affinity else None,
