@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from webhook.rules import Rules
 from webhook.templates import RESOURCES
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
-OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager"]
-CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus"]
+# Custom resources of operators the cluster may run; kubernetes_validate knows only the built-in kinds.
+FOREIGN_GROUPS = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) is not installed")
 
@@ -45,8 +47,8 @@ def test_every_rendered_object_is_valid(path: str) -> None:
     objects = render(path)
     assert objects
     for obj in objects:
-        if obj["kind"] in CERT_MANAGER_KINDS:
-            assert obj["apiVersion"] == "cert-manager.io/v1" and obj["spec"]
+        if obj["apiVersion"] in FOREIGN_GROUPS:
+            assert obj["spec"] and obj["metadata"]["namespace"] == "ai-admission", obj["metadata"]
             continue
         try:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -161,3 +163,19 @@ def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
             assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
     webhook_rule = roles[("ClusterRole", "ai-admission-certs")][0]
     assert webhook_rule["resourceNames"] == ["ai-admission"] and webhook_rule["verbs"] == ["get", "patch"]
+
+
+def test_prometheus_overlay_adds_monitoring_to_the_base(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/prometheus")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert added == {("ServiceMonitor", "ai-admission"), ("PrometheusRule", "ai-admission"),
+                     ("ConfigMap", "ai-admission-dashboard")}
+    dashboard = find(objects, "ConfigMap", "ai-admission-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["ai-admission.json"])["uid"] == "ai-admission"
+    monitor = find(objects, "ServiceMonitor")
+    service = find(objects, "Service", "ai-admission")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "ai-admission.ai-admission.svc"

@@ -105,6 +105,16 @@ def _tls_status() -> dict[str, Any] | None:
     return {"ok": expires > datetime.now(timezone.utc), "notAfter": expires.isoformat()}
 
 
+def _record_certificate_expiry() -> None:
+    """The expiry gauge from the start of each worker: its TLS context is loaded only at its first connection,
+    and until then the worker's 0 would be the minimum over workers (and look like an expired certificate)."""
+    folder = os.environ.get("AI_ADMISSION_TLS_DIR")
+    if folder and Path(folder, "tls.crt").is_file():
+        from .tls import record_expiry
+
+        record_expiry(str(Path(folder, "tls.crt")))
+
+
 def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True,
                reload: bool = True) -> Flask:
     """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given).
@@ -125,6 +135,7 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
                                      interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
     metrics.RULES_GENERATION.inc()
     metrics.RULES_LOADED_AT.set(time.time())
+    _record_certificate_expiry()
     if watch is True:
         watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
     cluster_watch = watch or None

@@ -1,4 +1,4 @@
-"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``certs``."""
+"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``manifests``, ``certs``."""
 
 from __future__ import annotations
 
@@ -102,9 +102,16 @@ def _certs_patch(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
+    from . import observability
     from .manifests import priority_classes, render, webhook_configurations
 
-    if args.what == "priorityclasses":
+    if args.what == "dashboard":
+        sys.stdout.write(observability.render_dashboard())
+    elif args.what == "prometheusrule":
+        sys.stdout.write(render([observability.prometheus_rule()], args.what))
+    elif args.what == "servicemonitor":
+        sys.stdout.write(render([observability.service_monitor()], args.what))
+    elif args.what == "priorityclasses":
         try:
             rules = load_rules(args.rules) if args.rules else load_rules()
         except RulesError as exc:
@@ -138,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
     checker.set_defaults(func=_check)
 
-    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base)")
-    manifests.add_argument("what", choices=("priorityclasses", "webhooks"))
+    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base and "
+                                                      "manifests/components/prometheus)")
+    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "dashboard", "prometheusrule",
+                                            "servicemonitor"))
     manifests.add_argument("--rules", help="rules file for priorityclasses")
     manifests.set_defaults(func=_manifests)
 
