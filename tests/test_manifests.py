@@ -19,7 +19,8 @@ from webhook.rules import Rules
 from webhook.templates import RESOURCES
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
-OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus"]
+OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",
+            "manifests/overlays/policy-reports"]
 # Custom resources of operators the cluster may run; kubernetes_validate knows only the built-in kinds.
 FOREIGN_GROUPS = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}
 
@@ -179,3 +180,19 @@ def test_prometheus_overlay_adds_monitoring_to_the_base(base: list[dict[str, Any
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"]["serverName"] == "ai-admission.ai-admission.svc"
+
+
+def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/policy-reports")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert added == {("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
+                     ("ClusterRole", "ai-admission-policy-reports"), ("ClusterRoleBinding", "ai-admission-policy-reports")}
+    crd = find(objects, "CustomResourceDefinition")
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha2"]
+    rules = find(objects, "ClusterRole", "ai-admission-policy-reports")["rules"]
+    readable = {(g, r) for rule in rules if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {(group, resource) for (group, _), resource in RESOURCES.items()} | {("", "pods")} <= readable
+    (writes,) = [rule for rule in rules if rule["verbs"] != ["list"]]
+    assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create", "update"]}
+    binding = find(objects, "ClusterRoleBinding", "ai-admission-policy-reports")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai-admission", "namespace": "ai-admission"}]

@@ -133,6 +133,10 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
         if reload:
             rules_watch = RulesWatch(path, lambda new: state.__setitem__("rules", new),
                                      interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
+        # the server's own background work; apps built around given rules (tests) do without
+        from .reports import writer_from_environment
+
+        writer_from_environment(lambda: state["rules"])
     metrics.RULES_GENERATION.inc()
     metrics.RULES_LOADED_AT.set(time.time())
     _record_certificate_expiry()

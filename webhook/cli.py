@@ -1,4 +1,5 @@
-"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``manifests``, ``certs``."""
+"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``audit`` (what
+already runs), ``manifests``, ``certs``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .rules import RULES_ENV, RulesError, load_rules
+from .rules import RULES_ENV, Rules, RulesError, load_rules
 
 DEV_CERTS = Path("certs/dev")
 
@@ -46,13 +47,20 @@ def _certs_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rules(args: argparse.Namespace, command: str) -> Rules | None:
+    """The rules of ``--rules`` (else the default file); None once it said why they cannot be used."""
+    try:
+        return load_rules(args.rules) if args.rules else load_rules()
+    except RulesError as exc:
+        print(f"ai-admission {command}: {exc}", file=sys.stderr)
+        return None
+
+
 def _check(args: argparse.Namespace) -> int:
     from .check import InputError, check, read_documents, render_json, render_text, render_yaml
 
-    try:
-        rules = load_rules(args.rules) if args.rules else load_rules()
-    except RulesError as exc:
-        print(f"ai-admission check: {exc}", file=sys.stderr)
+    rules = _rules(args, "check")
+    if rules is None:
         return 2
     try:
         report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
@@ -62,6 +70,25 @@ def _check(args: argparse.Namespace) -> int:
     render = {"text": render_text, "json": render_json, "yaml": render_yaml}[args.output]
     sys.stdout.write(render(report))
     return 1 if report.denied else 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from . import audit, kube
+
+    rules = _rules(args, "audit")
+    if rules is None:
+        return 2
+    namespace = None if args.all_namespaces else (args.namespace or kube.context_namespace(args.kubeconfig))
+    try:
+        found = audit.audit(kube.client(args.kubeconfig), rules=rules, namespace=namespace)
+    except (kube.KubeError, OSError, ValueError) as exc:
+        print(f"ai-admission audit: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the kubernetes client's configuration errors have no common type
+        print(f"ai-admission audit: cannot reach the cluster: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write((audit.render_json if args.output == "json" else audit.render_text)(found))
+    return 1 if found.denied else 0
 
 
 def _certs_create(args: argparse.Namespace) -> int:
@@ -112,10 +139,8 @@ def _manifests(args: argparse.Namespace) -> int:
     elif args.what == "servicemonitor":
         sys.stdout.write(render([observability.service_monitor()], args.what))
     elif args.what == "priorityclasses":
-        try:
-            rules = load_rules(args.rules) if args.rules else load_rules()
-        except RulesError as exc:
-            print(f"ai-admission manifests: {exc}", file=sys.stderr)
+        rules = _rules(args, "manifests")
+        if rules is None:
             return 2
         sys.stdout.write(render(priority_classes(rules), "priorityclasses"))
     else:
@@ -144,6 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
     checker.set_defaults(func=_check)
+
+    auditor = commands.add_parser(
+        "audit", help="judge the pods and controllers that exist now, as the webhook would",
+        description="Lists pods and pod-bearing controllers and judges them with the code of `check`; prints what "
+                    "deny mode would reject and what would be warned, per namespace and reason. Exit 0 when "
+                    "nothing would be denied, 1 when something would, 2 when the cluster cannot be read.")
+    auditor.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    scope = auditor.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    auditor.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml)")
+    auditor.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    auditor.set_defaults(func=_audit)
 
     manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base and "
                                                       "manifests/components/prometheus)")
