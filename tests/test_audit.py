@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import RULES_FILE, ROOT, start_server, stop_server
+from tests.conftest import RULES_FILE, ROOT, eventually, start_server, stop_server
 from tests.control_plane import ControlPlane, namespace_name
 from tests.e2e_install import BARE_POD, PROFILED_POD
 from webhook import cli
@@ -59,16 +59,6 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     captured = capsys.readouterr()
     assert not captured.err, captured.err  # nothing it could not list
     return code, captured.out
-
-
-def eventually(check: Callable[[], Any], seconds: float = 30, step: float = 0.3) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(step)
 
 
 def test_audit_lists_what_would_be_denied(control_plane: ControlPlane, capsys: pytest.CaptureFixture[str]) -> None:

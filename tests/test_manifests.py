@@ -158,6 +158,8 @@ def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
     roles = {(o["kind"], o["metadata"]["name"]): o["rules"] for o in base if o["kind"] in ("Role", "ClusterRole")}
     assert roles[("ClusterRole", "ai-admission-read-priorityclasses")] == [
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]}]
+    assert roles[("ClusterRole", "ai-admission-read-nodes")] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
     for rules in roles.values():
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]

@@ -1,14 +1,15 @@
 """The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``audit`` (what
-already runs), ``manifests``, ``certs``."""
+already runs), ``catalog`` (the nodes' GPUs), ``manifests``, ``certs``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .rules import RULES_ENV, Rules, RulesError, load_rules
 
@@ -56,12 +57,30 @@ def _rules(args: argparse.Namespace, command: str) -> Rules | None:
         return None
 
 
+def _discover(args: argparse.Namespace, command: str, rules: Rules) -> Any:
+    """The cluster's node GPU catalog (one list of the Nodes), or None once it said why it cannot be read."""
+    from . import kube, nodes
+
+    try:
+        return nodes.discover(kube.client(args.kubeconfig), rules.model_keys)
+    except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
+        print(f"ai-admission {command}: cannot read the cluster's nodes: {exc}", file=sys.stderr)
+        return None
+
+
 def _check(args: argparse.Namespace) -> int:
     from .check import InputError, check, read_documents, render_json, render_text, render_yaml
 
     rules = _rules(args, "check")
     if rules is None:
         return 2
+    if args.cluster:
+        from .catalog import effective
+
+        discovered = _discover(args, "check", rules)
+        if discovered is None:
+            return 2
+        rules = effective(rules, discovered)
     try:
         report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
     except InputError as exc:
@@ -70,6 +89,22 @@ def _check(args: argparse.Namespace) -> int:
     render = {"text": render_text, "json": render_json, "yaml": render_yaml}[args.output]
     sys.stdout.write(render(report))
     return 1 if report.denied else 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from . import catalog
+
+    rules = _rules(args, "catalog")
+    if rules is None:
+        return 2
+    discovered = _discover(args, "catalog", rules)
+    if discovered is None:
+        return 2
+    if args.output == "json":
+        sys.stdout.write(json.dumps(catalog.as_json(discovered, rules), indent=2) + "\n")
+    else:
+        sys.stdout.write((catalog.render_yaml if args.output == "yaml" else catalog.render_table)(discovered, rules))
+    return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -168,19 +203,34 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("-n", "--namespace", help="namespace for objects that name none (default: default)")
     checker.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
+    checker.add_argument("--cluster", action="store_true",
+                         help="judge against the catalog of the cluster's nodes merged into the rules (as the "
+                              "server does), not the rules' catalog alone")
+    checker.add_argument("--kubeconfig", help="kubeconfig file for --cluster (default: in-cluster, $KUBECONFIG)")
     checker.set_defaults(func=_check)
 
-    auditor = commands.add_parser(
-        "audit", help="judge the pods and controllers that exist now, as the webhook would",
-        description="Lists pods and pod-bearing controllers and judges them with the code of `check`; prints what "
-                    "deny mode would reject and what would be warned, per namespace and reason. Exit 0 when "
-                    "nothing would be denied, 1 when something would, 2 when the cluster cannot be read.")
-    auditor.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+    def reading_the_cluster(name: str, help: str, description: str, outputs: tuple[str, ...]) -> Any:
+        command = commands.add_parser(name, help=help, description=description)
+        command.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+        command.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml)")
+        command.add_argument("-o", "--output", choices=outputs, default=outputs[0])
+        return command
+
+    cataloger = reading_the_cluster(
+        "catalog", "the GPU models the cluster's nodes publish (GPU feature discovery, AMD's labeller)",
+        "One list of the Nodes: per GPU product its memory as the devices report it, GPUs per node, nodes, the "
+        "label values that name it and its MIG profiles; -o yaml prints them as a catalog block for the rules "
+        "(the rules' names kept).", ("table", "yaml", "json"))
+    cataloger.set_defaults(func=_catalog)
+
+    auditor = reading_the_cluster(
+        "audit", "judge the pods and controllers that exist now, as the webhook would",
+        "Lists pods and pod-bearing controllers and judges them with the code of `check`; prints what deny mode "
+        "would reject and what would be warned, per namespace and reason. Exit 0 when nothing would be denied, 1 "
+        "when something would, 2 when the cluster cannot be read.", ("text", "json"))
     scope = auditor.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
-    auditor.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml)")
-    auditor.add_argument("-o", "--output", choices=("text", "json"), default="text")
     auditor.set_defaults(func=_audit)
 
     manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base and "

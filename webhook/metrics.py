@@ -47,6 +47,15 @@ PRIORITY_CLASSES_MISSING = Gauge("ai_admission_priority_classes_missing",
                                  multiprocess_mode="livemax")
 PRIORITY_CLASSES_CHECKED_AT = Gauge("ai_admission_priority_classes_checked_timestamp_seconds",
                                     "When the PriorityClasses were last listed successfully", multiprocess_mode="max")
+# The node GPU catalog (webhook.nodes): each worker watches, so the workers' largest counts, the latest sync.
+CATALOG_NODES = Gauge("ai_admission_catalog_gpu_nodes", "Nodes that publish a GPU product", multiprocess_mode="livemax")
+CATALOG_MODELS = Gauge("ai_admission_catalog_models", "GPU products the nodes publish", multiprocess_mode="livemax")
+CATALOG_MODEL_NODES = Gauge("ai_admission_catalog_model_nodes", "Nodes per GPU product (as the nodes name it)",
+                            ["product"], multiprocess_mode="livemax")
+CATALOG_SYNCED_AT = Gauge("ai_admission_catalog_synced_timestamp_seconds",
+                          "When the node catalog last took in the nodes (list or watch event)", multiprocess_mode="max")
+CATALOG_WATCH_ERRORS = Counter("ai_admission_catalog_watch_errors",
+                               "Failed node lists or watches (the last catalog stays; retried with backoff)")
 PRIORITY_CLASS_CHECK_ERRORS = Counter("ai_admission_priority_class_check_errors",
                                       "Failed attempts to list PriorityClasses (the last answer stays in force)")
 

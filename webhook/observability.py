@@ -147,6 +147,17 @@ def dashboard() -> dict[str, Any]:
     layout.panel("timeseries", "PriorityClass check errors", "Failed attempts to list PriorityClasses.",
                  [(f"sum(increase(ai_admission_priority_class_check_errors_total[{RATE}]))", "errors")],
                  width=12, height=5)
+    layout.panel("stat", "GPU nodes", "Nodes that publish a GPU product (GPU feature discovery, AMD's labeller).",
+                 [("max(ai_admission_catalog_gpu_nodes)", "GPU nodes"), ("max(ai_admission_catalog_models)", "models")],
+                 width=6, height=5)
+    layout.panel("stat", "Node catalog last synced",
+                 "Time since the node watch last took in the nodes (a fresh list every resync, and every change).",
+                 [("time() - max(ai_admission_catalog_synced_timestamp_seconds > 0)", "ago")], width=6, height=5,
+                 unit="s")
+    layout.panel("timeseries", "Nodes per GPU product", "As the nodes name the product; the catalog merges these in.",
+                 [("max by (product) (ai_admission_catalog_model_nodes)", "{{product}}"),
+                  (f"sum(increase(ai_admission_catalog_watch_errors_total[{RATE}]))", "watch errors")],
+                 width=12, height=5)
     return {
         "title": "ai-admission", "uid": "ai-admission", "description": "GPU admission webhook: verdicts, latency, "
         "errors, rules, certificate and the cluster facts it relies on.",
@@ -216,6 +227,12 @@ def alert_rules() -> list[dict[str, Any]]:
                            "When it expires the API server cannot call the webhook and every pod is admitted "
                            "unchecked. Renew now: kubectl -n ai-admission create job --from=cronjob/"
                            "ai-admission-cert-renewal renew-now"),
+        _alert("AiAdmissionNodeCatalogStale",
+               f"time() - max(ai_admission_catalog_synced_timestamp_seconds > 0) > {CATALOG_STALE_SECONDS}",
+               for_="5m", severity="warning", summary="ai-admission has not read the cluster's nodes for a while",
+               description="The node watch has not listed the Nodes in {{ $value | humanizeDuration }}; the GPU "
+                           "catalog in force may be out of date (new models, memory, node sizes). Check the server "
+                           "log and its RBAC (list and watch on nodes)."),
         _alert("AiAdmissionPriorityClassMissing", "max(ai_admission_priority_classes_missing) > 0", for_="10m",
                severity="warning", summary="PriorityClasses that ai-admission sets are missing",
                description="{{ $value }} PriorityClasses named in the rules do not exist, so pods of those "
