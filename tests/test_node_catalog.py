@@ -255,3 +255,83 @@ def test_catalog_command_and_check_against_the_cluster(control_plane: ControlPla
     capsys.readouterr()
     assert cli.main(["check", "-f", str(manifest), "--cluster", "--kubeconfig", kubeconfig]) == 1
     assert "one l4-24g node holds 2" in capsys.readouterr().out
+
+
+# -- the policy with the cluster's models ------------------------------------------------------------------------
+
+def judged(rules: Rules, obj: dict[str, Any]) -> Any:
+    from webhook.admission import judge_pod
+
+    return judge_pod(obj, rules=rules, mode="deny", subject='pod "ml-team/p"')
+
+
+def only_l4(rules: Rules, *, absent: str | None = None) -> Rules:
+    if absent:
+        rules = compile_rules({**copy.deepcopy(dict(rules.raw)), "nodeCatalog": {"modelWithoutNodes": absent}})
+    return effective(rules, discovered(gfd_node("l4-a", "NVIDIA-L4", count=2, memory=23034)))
+
+
+def test_a_model_no_node_has_is_a_warning(rules: Rules) -> None:
+    verdict = judged(only_l4(rules), pod("a100-80g"))
+    assert verdict.allowed and verdict.reason_codes == ["gpu-model-not-in-cluster"]
+    assert verdict.warnings == ("no node of this cluster has GPU model a100-80g (nodeSelector gpu-type), so the pod "
+                                "stays Pending until one joins; this cluster has l4-24g (1 node x 2 GPUs)",)
+    assert judged(rules, pod("a100-80g")).warnings == ()  # offline: the rules alone, nothing known about nodes
+
+
+def test_the_rules_can_make_it_a_denial(rules: Rules) -> None:
+    verdict = judged(only_l4(rules, absent="deny"), pod("a100-80g"))
+    assert not verdict.allowed and "no node of this cluster has GPU model a100-80g" in verdict.message
+
+
+def test_an_unknown_model_lists_what_the_cluster_has(rules: Rules) -> None:
+    verdict = judged(only_l4(rules), pod("rtx-9000"))
+    assert not verdict.allowed and verdict.reason_codes == ["gpu-model-unknown"]
+    assert ('GPU model "rtx-9000" (nodeSelector gpu-type) is not in the catalog nor on any node; this cluster has '
+            'l4-24g (1 node x 2 GPUs)') in verdict.message
+
+
+def test_the_fix_names_a_model_the_cluster_has(rules: Rules) -> None:
+    bare = pod("x")
+    del bare["spec"]["nodeSelector"]
+    message = judged(only_l4(rules), bare).message
+    assert 'add nodeSelector "gpu-type: l4-24g" or annotation "ai-admission.io/gpu-model: l4-24g" (this cluster has ' \
+           'l4-24g (1 node x 2 GPUs))' in message
+    assert "known models: a100-40g" in judged(rules, bare).message  # offline as before
+
+
+def test_a_long_list_is_cut(rules: Rules) -> None:
+    products = ["NVIDIA-L4", "NVIDIA-A10", "Tesla-T4", "NVIDIA-L40S", "NVIDIA-H200", "NVIDIA-B200"]
+    merged = effective(rules, discovered(*(gfd_node(f"n{i}", p, count=1, memory=20000) for i, p in enumerate(products))))
+    message = judged(merged, pod("rtx-9000")).message
+    assert message.endswith("and 2 more") and message.count(" x 1 GPU") == 4
+
+
+@pytest.mark.e2e
+def test_the_cluster_models_through_the_api_server(control_plane: ControlPlane, watching: Server,
+                                                   nodes: Callable[..., str], rules: Rules) -> None:
+    """kubectl shows the warning for a model no node has; adding a node with it removes it (one watch event)."""
+    from tests.e2e_install import install, route_labels, uninstall
+
+    install(control_plane, url=watching.url, ca=Path(watching.ca), rules=rules, route="nodes")
+    try:
+        namespace = control_plane.create_namespace(namespace_name("nodes"), route_labels("nodes"))
+        nodes(gfd_node(node_name("l4"), "NVIDIA-L4", count=2, memory=23034))
+        a100 = {**pod("a100-80g"), "metadata": {"name": "train", "annotations": {"ai-admission.io/gpu-memory": "40Gi"}}}
+
+        def create() -> Any:
+            return control_plane.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-",
+                                         input=json.dumps(a100))
+
+        warning = "no node of this cluster has GPU model a100-80g"
+        done = eventually(lambda: (d := create()).returncode == 0 and warning in d.stderr and "l4-24g" in d.stderr
+                          and d)
+        assert "Warning: " in done.stderr
+        unknown = control_plane.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-",
+                                        input=json.dumps({**a100, "spec": pod("rtx-9000")["spec"]}))
+        assert "is not in the catalog nor on any node; this cluster has l4-24g (1 node x 2 GPUs)" in unknown.stderr
+
+        nodes(gfd_node(node_name("a100"), "NVIDIA-A100-SXM4-80GB"))
+        eventually(lambda: all(warning not in create().stderr for _ in range(4)))
+    finally:
+        uninstall(control_plane, "nodes")

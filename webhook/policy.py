@@ -18,14 +18,44 @@ from .rules import GpuModel, Rules
 
 
 def _example_model(rules: Rules) -> GpuModel:
+    present = rules.nodes.present if rules.nodes is not None else {}
+    if present:  # a model this cluster has
+        return rules.catalog["a100-80g" if "a100-80g" in present else next(iter(present))]
     return rules.catalog.get("a100-80g") or next(iter(rules.catalog.values()))
 
 
 def _model_fix(rules: Rules) -> str:
     model = _example_model(rules)
     key = rules.model_keys[0]
+    known = _cluster_models(rules) or f'known models: {", ".join(rules.catalog)}'
     return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
-            f'"{names.GPU_MODEL}: {model.name}" (known models: {", ".join(rules.catalog)})')
+            f'"{names.GPU_MODEL}: {model.name}" ({known})')
+
+
+# -- the cluster's nodes: what webhook.catalog merged into Rules.nodes (None offline or without a node watch) ----
+
+def _cluster_models(rules: Rules, limit: int = 4) -> str | None:
+    """"this cluster has a100-80g (3 nodes x 8 GPUs), ..." (a few: the API server cuts long warnings)."""
+    if rules.nodes is None:
+        return None
+    present = rules.nodes.present
+    if not present:
+        return "this cluster has no node that publishes a GPU model"
+    listed = [f"{name} ({what})" for name, what in list(present.items())[:limit]]
+    more = f" and {len(present) - limit} more" if len(present) > limit else ""
+    return f"this cluster has {', '.join(listed)}{more}"
+
+
+def _model_not_in_cluster(profile: Profile, rules: Rules) -> Finding | None:
+    """A model the catalog knows but no node has: the pod would stay Pending (a warning, as an autoscaled pool
+    may be empty right now; the rules' nodeCatalog.modelWithoutNodes: deny makes it a denial)."""
+    model = profile.model
+    if rules.nodes is None or model is None or model.name in rules.nodes.present:
+        return None
+    message = (f"no node of this cluster has GPU model {model.name} ({profile.model_source}), so the pod stays "
+               f"Pending until one joins; {_cluster_models(rules)}")
+    return deny("gpu-model-not-in-cluster", message) if rules.nodes.absent_severity == "deny" else \
+        warn("gpu-model-not-in-cluster", message)
 
 
 def _memory_fix(rules: Rules) -> str:
@@ -45,9 +75,13 @@ def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
         found.append(deny("gpu-model-missing",
                           f"{profile.gpu_text()} says how many GPUs but not which model: {_model_fix(rules)}"))
     elif profile.model_name is not None and profile.model is None:
+        known = _cluster_models(rules)
         found.append(deny("gpu-model-unknown",
-                          f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog; '
-                          f'known models: {", ".join(rules.catalog)}'))
+                          f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog'
+                          + (f" nor on any node; {known}" if known else f'; known models: {", ".join(rules.catalog)}')))
+    absent = _model_not_in_cluster(profile, rules)
+    if absent is not None:
+        found.append(absent)
     if profile.model is not None and profile.hints.gpu_model and profile.pinned_model:
         pinned_model = rules.find_model(profile.pinned_model)
         if pinned_model is not None and pinned_model is not profile.model:
