@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generator, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import pytest
 import requests
@@ -122,7 +122,8 @@ def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, st
     port = free_port()
     log = tmp / "gunicorn.log"
     env = {**os.environ, "PORT": str(port), "AI_ADMISSION_TLS_DIR": str(tls), "AI_ADMISSION_RULES": str(rules),
-           "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", **(extra_env or {})}
+           "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "AI_ADMISSION_NODE_CATALOG": "false",
+           **(extra_env or {})}
     gunicorn = Path(sys.executable).with_name("gunicorn")
     process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
                                stdout=log.open("wb"), stderr=subprocess.STDOUT)
@@ -149,6 +150,17 @@ def stop_server(server: Server) -> None:
         server.process.wait(timeout=15)
     except subprocess.TimeoutExpired:  # pragma: no cover
         server.process.kill()
+
+
+def eventually(check: Callable[[], Any], seconds: float = 30, step: float = 0.1) -> Any:
+    """``check()``'s first truthy answer, asked every ``step`` seconds; the test fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(step)
 
 
 @pytest.fixture(scope="session")

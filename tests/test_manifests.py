@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -18,8 +19,10 @@ from webhook.rules import Rules
 from webhook.kinds import KINDS
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
-OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager"]
-CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",
+            "manifests/overlays/policy-reports"]
+# Custom resources of operators the cluster may run; kubernetes_validate knows only the built-in kinds.
+FOREIGN_GROUPS = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) is not installed")
 
@@ -45,8 +48,8 @@ def test_every_rendered_object_is_valid(path: str) -> None:
     objects = render(path)
     assert objects
     for obj in objects:
-        if obj["kind"] in CERT_MANAGER_KINDS:
-            assert obj["apiVersion"] == "cert-manager.io/v1" and obj["spec"]
+        if obj["apiVersion"] in FOREIGN_GROUPS:
+            assert obj["spec"] and obj["metadata"]["namespace"] == "ai-admission", obj["metadata"]
             continue
         try:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -155,9 +158,43 @@ def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
     roles = {(o["kind"], o["metadata"]["name"]): o["rules"] for o in base if o["kind"] in ("Role", "ClusterRole")}
     assert roles[("ClusterRole", "ai-admission-read-priorityclasses")] == [
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]}]
+    assert roles[("ClusterRole", "ai-admission-read-nodes")] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
     for rules in roles.values():
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
     webhook_rule = roles[("ClusterRole", "ai-admission-certs")][0]
     assert webhook_rule["resourceNames"] == ["ai-admission"] and webhook_rule["verbs"] == ["get", "patch"]
+
+
+def test_prometheus_overlay_adds_monitoring_to_the_base(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/prometheus")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert added == {("ServiceMonitor", "ai-admission"), ("PrometheusRule", "ai-admission"),
+                     ("ConfigMap", "ai-admission-dashboard")}
+    dashboard = find(objects, "ConfigMap", "ai-admission-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["ai-admission.json"])["uid"] == "ai-admission"
+    monitor = find(objects, "ServiceMonitor")
+    service = find(objects, "Service", "ai-admission")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "ai-admission.ai-admission.svc"
+
+
+def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/policy-reports")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert added == {("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
+                     ("ClusterRole", "ai-admission-policy-reports"), ("ClusterRoleBinding", "ai-admission-policy-reports")}
+    crd = find(objects, "CustomResourceDefinition")
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha2"]
+    rules = find(objects, "ClusterRole", "ai-admission-policy-reports")["rules"]
+    readable = {(g, r) for rule in rules if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {(k.group, k.resource) for k in KINDS.values()} | {("", "pods")} <= readable
+    (writes,) = [rule for rule in rules if rule["verbs"] != ["list"]]
+    assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create", "update"]}
+    binding = find(objects, "ClusterRoleBinding", "ai-admission-policy-reports")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai-admission", "namespace": "ai-admission"}]

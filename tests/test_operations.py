@@ -251,7 +251,7 @@ def test_an_unreadable_certificate_is_logged_not_recorded(tmp_path: Path, caplog
     before = metrics.CERT_EXPIRY._value.get()
     (tmp_path / "tls.crt").write_text("rotated half-way")
     with caplog.at_level("WARNING", logger="ai_admission"):
-        tls._record_expiry(str(tmp_path / "tls.crt"))
+        tls.record_expiry(str(tmp_path / "tls.crt"))
     (record,) = [json.loads(r.getMessage()) for r in caplog.records]
     assert record["msg"] == "certificate expiry not recorded" and record["file"] == str(tmp_path / "tls.crt")
     assert record["error"].startswith("ValueError: ")

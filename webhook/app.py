@@ -21,7 +21,9 @@ from werkzeug.exceptions import HTTPException
 from . import metrics, podview
 from .admission import MUTATE, VALIDATE, Verdict, decide, respond
 from .logs import AdmissionLog
+from .catalog import EffectiveRules
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
+from .nodes import NodeWatch, watch_from_environment as nodes_from_environment
 from .compiled import running_compiled
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
@@ -105,26 +107,48 @@ def _tls_status() -> dict[str, Any] | None:
     return {"ok": expires > datetime.now(timezone.utc), "notAfter": expires.isoformat()}
 
 
+def _record_certificate_expiry() -> None:
+    """The expiry gauge from the start of each worker: its TLS context is loaded only at its first connection,
+    and until then the worker's 0 would be the minimum over workers (and look like an expired certificate)."""
+    folder = os.environ.get("AI_ADMISSION_TLS_DIR")
+    if folder and Path(folder, "tls.crt").is_file():
+        from .tls import record_expiry
+
+        record_expiry(str(Path(folder, "tls.crt")))
+
+
 def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True,
-               reload: bool = True) -> Flask:
+               reload: bool = True, nodes: NodeWatch | None | bool = True) -> Flask:
     """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given).
 
     ``watch``: the PriorityClass watch to consult; True starts one when the environment asks for it
     (see `webhook.cluster`), None or False runs without (every class is assumed to exist).
+    ``nodes``: the node GPU catalog watch whose facts are merged into the rules (`webhook.catalog`); True starts
+    one when the environment asks for it (``AI_ADMISSION_NODE_CATALOG``), None or False: the static catalog.
     ``reload``: when the rules come from a file, watch it and take changes without a restart.
     """
     app = Flask("ai_admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    state: dict[str, Any] = {"rules": rules}
+    path = default_rules_path() if rules is None else None
+    state: dict[str, Any] = {"rules": rules if path is None else load_rules(path)}
+    # the rules in force: the file's, with the nodes' GPU facts merged in while a node watch runs
+    merged = EffectiveRules(state["rules"], lambda new: state.__setitem__("rules", new))
+    node_watch = nodes_from_environment(lambda: merged.rules.model_keys, merged.set_discovered) if nodes is True \
+        else (nodes or None)
+    if node_watch is not None and nodes is not True:
+        node_watch.on_change = merged.set_discovered
+        merged.set_discovered(node_watch.catalog)
     rules_watch: RulesWatch | None = None
-    if rules is None:
-        path = default_rules_path()
-        state["rules"] = load_rules(path)
+    if path is not None:
         if reload:
-            rules_watch = RulesWatch(path, lambda new: state.__setitem__("rules", new),
-                                     interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
+            rules_watch = RulesWatch(path, merged.set_rules, interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
+        # the server's own background work; apps built around given rules (tests) do without
+        from .reports import writer_from_environment
+
+        writer_from_environment(lambda: state["rules"])
     metrics.RULES_GENERATION.inc()
     metrics.RULES_LOADED_AT.set(time.time())
+    _record_certificate_expiry()
     if watch is True:
         watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
     cluster_watch = watch or None
@@ -186,6 +210,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             detail["certificate"] = tls
         if cluster_watch:
             detail["cluster"] = facts().as_dict()
+        if node_watch:
+            detail["nodeCatalog"] = node_watch.catalog.summary()
         return _json(detail, 200 if ready else 503)
 
     @app.get("/metrics")

@@ -1,15 +1,17 @@
-"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``certs``."""
+"""The ``ai-admission`` command: ``serve`` (gunicorn with TLS), ``check`` (offline verdicts), ``audit`` (what
+already runs), ``catalog`` (the nodes' GPUs), ``manifests``, ``certs``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from .rules import RULES_ENV, RulesError, load_rules
+from .rules import RULES_ENV, Rules, RulesError, load_rules
 
 DEV_CERTS = Path("certs/dev")
 
@@ -46,14 +48,39 @@ def _certs_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rules(args: argparse.Namespace, command: str) -> Rules | None:
+    """The rules of ``--rules`` (else the default file); None once it said why they cannot be used."""
+    try:
+        return load_rules(args.rules) if args.rules else load_rules()
+    except RulesError as exc:
+        print(f"ai-admission {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def _discover(args: argparse.Namespace, command: str, rules: Rules) -> Any:
+    """The cluster's node GPU catalog (one list of the Nodes), or None once it said why it cannot be read."""
+    from . import kube, nodes
+
+    try:
+        return nodes.discover(kube.client(args.kubeconfig), rules.model_keys)
+    except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
+        print(f"ai-admission {command}: cannot read the cluster's nodes: {exc}", file=sys.stderr)
+        return None
+
+
 def _check(args: argparse.Namespace) -> int:
     from .check import InputError, check, read_documents, render_json, render_text, render_yaml
 
-    try:
-        rules = load_rules(args.rules) if args.rules else load_rules()
-    except RulesError as exc:
-        print(f"ai-admission check: {exc}", file=sys.stderr)
+    rules = _rules(args, "check")
+    if rules is None:
         return 2
+    if args.cluster:
+        from .catalog import effective
+
+        discovered = _discover(args, "check", rules)
+        if discovered is None:
+            return 2
+        rules = effective(rules, discovered)
     try:
         report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
     except InputError as exc:
@@ -62,6 +89,41 @@ def _check(args: argparse.Namespace) -> int:
     render = {"text": render_text, "json": render_json, "yaml": render_yaml}[args.output]
     sys.stdout.write(render(report))
     return 1 if report.denied else 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from . import catalog
+
+    rules = _rules(args, "catalog")
+    if rules is None:
+        return 2
+    discovered = _discover(args, "catalog", rules)
+    if discovered is None:
+        return 2
+    if args.output == "json":
+        sys.stdout.write(json.dumps(catalog.as_json(discovered, rules), indent=2) + "\n")
+    else:
+        sys.stdout.write((catalog.render_yaml if args.output == "yaml" else catalog.render_table)(discovered, rules))
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from . import audit, kube
+
+    rules = _rules(args, "audit")
+    if rules is None:
+        return 2
+    namespace = None if args.all_namespaces else (args.namespace or kube.context_namespace(args.kubeconfig))
+    try:
+        found = audit.audit(kube.client(args.kubeconfig), rules=rules, namespace=namespace)
+    except (kube.KubeError, OSError, ValueError) as exc:
+        print(f"ai-admission audit: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the kubernetes client's configuration errors have no common type
+        print(f"ai-admission audit: cannot reach the cluster: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write((audit.render_json if args.output == "json" else audit.render_text)(found))
+    return 1 if found.denied else 0
 
 
 def _certs_create(args: argparse.Namespace) -> int:
@@ -102,13 +164,18 @@ def _certs_patch(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
+    from . import observability
     from .manifests import priority_classes, render, webhook_configurations
 
-    if args.what == "priorityclasses":
-        try:
-            rules = load_rules(args.rules) if args.rules else load_rules()
-        except RulesError as exc:
-            print(f"ai-admission manifests: {exc}", file=sys.stderr)
+    if args.what == "dashboard":
+        sys.stdout.write(observability.render_dashboard())
+    elif args.what == "prometheusrule":
+        sys.stdout.write(render([observability.prometheus_rule()], args.what))
+    elif args.what == "servicemonitor":
+        sys.stdout.write(render([observability.service_monitor()], args.what))
+    elif args.what == "priorityclasses":
+        rules = _rules(args, "manifests")
+        if rules is None:
             return 2
         sys.stdout.write(render(priority_classes(rules), "priorityclasses"))
     else:
@@ -136,10 +203,40 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("-n", "--namespace", help="namespace for objects that name none (default: default)")
     checker.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
+    checker.add_argument("--cluster", action="store_true",
+                         help="judge against the catalog of the cluster's nodes merged into the rules (as the "
+                              "server does), not the rules' catalog alone")
+    checker.add_argument("--kubeconfig", help="kubeconfig file for --cluster (default: in-cluster, $KUBECONFIG)")
     checker.set_defaults(func=_check)
 
-    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base)")
-    manifests.add_argument("what", choices=("priorityclasses", "webhooks"))
+    def reading_the_cluster(name: str, help: str, description: str, outputs: tuple[str, ...]) -> Any:
+        command = commands.add_parser(name, help=help, description=description)
+        command.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG, ~/.kube/config)")
+        command.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml)")
+        command.add_argument("-o", "--output", choices=outputs, default=outputs[0])
+        return command
+
+    cataloger = reading_the_cluster(
+        "catalog", "the GPU models the cluster's nodes publish (GPU feature discovery, AMD's labeller)",
+        "One list of the Nodes: per GPU product its memory as the devices report it, GPUs per node, nodes, the "
+        "label values that name it and its MIG profiles; -o yaml prints them as a catalog block for the rules "
+        "(the rules' names kept).", ("table", "yaml", "json"))
+    cataloger.set_defaults(func=_catalog)
+
+    auditor = reading_the_cluster(
+        "audit", "judge the pods and controllers that exist now, as the webhook would",
+        "Lists pods and pod-bearing controllers and judges them with the code of `check`; prints what deny mode "
+        "would reject and what would be warned, per namespace and reason. Exit 0 when nothing would be denied, 1 "
+        "when something would, 2 when the cluster cannot be read.", ("text", "json"))
+    scope = auditor.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    auditor.set_defaults(func=_audit)
+
+    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base and "
+                                                      "manifests/components/prometheus)")
+    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "dashboard", "prometheusrule",
+                                            "servicemonitor"))
     manifests.add_argument("--rules", help="rules file for priorityclasses")
     manifests.set_defaults(func=_manifests)
 

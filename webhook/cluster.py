@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -61,13 +62,18 @@ class PriorityClassWatch(Poller):
         self.facts = UNKNOWN
 
     def poll(self) -> ClusterFacts:
+        from . import metrics  # not at import: the admission core imports this module, the CLI too
+
         wanted = set(self._wanted())
         try:
             existing = self._lister()
         except Exception as exc:  # noqa: BLE001 - an API hiccup keeps the last answer; it must not kill the thread
             facts = ClusterFacts(self.facts.missing_priority_classes, self.facts.checked, f"{type(exc).__name__}: {exc}")
+            metrics.PRIORITY_CLASS_CHECK_ERRORS.inc()
         else:
             facts = ClusterFacts(frozenset(wanted - existing), True, None)
+            metrics.PRIORITY_CLASSES_MISSING.set(len(facts.missing_priority_classes))
+            metrics.PRIORITY_CLASSES_CHECKED_AT.set(time.time())
         if facts.missing_priority_classes != self.facts.missing_priority_classes or facts.error != self.facts.error:
             log.warning(json.dumps({"msg": "priority classes checked", **facts.as_dict()}))
         self.facts = facts

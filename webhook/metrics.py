@@ -25,15 +25,39 @@ DENIALS = Counter("ai_admission_denials", "Deny findings by reason code (whateve
                   ["reason", "mode"])
 BAD_REQUESTS = Counter("ai_admission_bad_requests", "Requests answered with a 4xx", ["status"])
 ERRORS = Counter("ai_admission_internal_errors", "Requests admitted unchecked after an internal error")
+# Up to the webhook timeout (5 s): a quantile can only be read up to the highest finite bucket, and the alert on
+# latency near the timeout must be able to see it.
 LATENCY = Histogram("ai_admission_request_duration_seconds", "Time from request body to response, per endpoint",
-                    ["endpoint"], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0))
+                    ["endpoint"], buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+                                           2.5, 5.0))
 RULES_GENERATION = Gauge("ai_admission_rules_generation", "Rules loads since start (1 = initial load)",
                          multiprocess_mode="max")
 RULES_RELOAD_ERRORS = Counter("ai_admission_rules_reload_errors", "Rejected rules files (the last good rules stay)")
+RULES_RELOAD_FAILING = Gauge("ai_admission_rules_reload_failing",
+                             "1 while the rules file on disk is rejected and older rules are in force",
+                             multiprocess_mode="livemax")
 RULES_LOADED_AT = Gauge("ai_admission_rules_loaded_timestamp_seconds", "When the rules in force were loaded",
                         multiprocess_mode="max")
 CERT_EXPIRY = Gauge("ai_admission_certificate_expiry_timestamp_seconds",
                     "notAfter of the serving certificate in use", multiprocess_mode="min")
+# The PriorityClass check (webhook.cluster): every worker checks, so counts are the workers' largest and times the
+# latest. A missing class is not set on pods, so alerting on it is what gets it re-applied.
+PRIORITY_CLASSES_MISSING = Gauge("ai_admission_priority_classes_missing",
+                                 "PriorityClasses the rules set that the cluster does not have",
+                                 multiprocess_mode="livemax")
+PRIORITY_CLASSES_CHECKED_AT = Gauge("ai_admission_priority_classes_checked_timestamp_seconds",
+                                    "When the PriorityClasses were last listed successfully", multiprocess_mode="max")
+# The node GPU catalog (webhook.nodes): each worker watches, so the workers' largest counts, the latest sync.
+CATALOG_NODES = Gauge("ai_admission_catalog_gpu_nodes", "Nodes that publish a GPU product", multiprocess_mode="livemax")
+CATALOG_MODELS = Gauge("ai_admission_catalog_models", "GPU products the nodes publish", multiprocess_mode="livemax")
+CATALOG_MODEL_NODES = Gauge("ai_admission_catalog_model_nodes", "Nodes per GPU product (as the nodes name it)",
+                            ["product"], multiprocess_mode="livemax")
+CATALOG_SYNCED_AT = Gauge("ai_admission_catalog_synced_timestamp_seconds",
+                          "When the node catalog last took in the nodes (list or watch event)", multiprocess_mode="max")
+CATALOG_WATCH_ERRORS = Counter("ai_admission_catalog_watch_errors",
+                               "Failed node lists or watches (the last catalog stays; retried with backoff)")
+PRIORITY_CLASS_CHECK_ERRORS = Counter("ai_admission_priority_class_check_errors",
+                                      "Failed attempts to list PriorityClasses (the last answer stays in force)")
 
 
 def render() -> tuple[bytes, str]:

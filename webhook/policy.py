@@ -19,9 +19,11 @@ from .rules import GpuModel, Rules
 
 
 def _models_of(rules: Rules, vendor: str | None) -> list[GpuModel]:
-    """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order."""
-    models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor]
-    return models or list(rules.catalog.values())
+    """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order; those this
+    cluster's nodes have first, when the nodes are known (see webhook.catalog)."""
+    models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor] or list(rules.catalog.values())
+    present = rules.nodes.present if rules.nodes is not None else {}
+    return [m for m in models if m.name in present] + [m for m in models if m.name not in present]
 
 
 def _vendor(profile: Profile) -> str | None:
@@ -41,8 +43,34 @@ def _known(rules: Rules, vendor: str | None) -> str:
 def _model_fix(rules: Rules, vendor: str | None) -> str:
     model = _models_of(rules, vendor)[0]
     key = rules.model_keys[0]
+    known = _cluster_models(rules) or f'known {vendor + " " if vendor else ""}models: {_known(rules, vendor)}'
     return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
-            f'"{names.GPU_MODEL}: {model.name}" (known {vendor + " " if vendor else ""}models: {_known(rules, vendor)})')
+            f'"{names.GPU_MODEL}: {model.name}" ({known})')
+
+
+# -- the cluster's nodes: what webhook.catalog merged into Rules.nodes (None offline or without a node watch) ----
+
+def _cluster_models(rules: Rules, limit: int = 4) -> str | None:
+    """"this cluster has a100-80g (3 nodes x 8 GPUs), ..." (a few: the API server cuts long warnings)."""
+    if rules.nodes is None:
+        return None
+    present = rules.nodes.present
+    if not present:
+        return "this cluster has no node that publishes a GPU model"
+    listed = [f"{name} ({what})" for name, what in list(present.items())[:limit]]
+    more = f" and {len(present) - limit} more" if len(present) > limit else ""
+    return f"this cluster has {', '.join(listed)}{more}"
+
+
+def _model_not_in_cluster(profile: Profile, rules: Rules) -> Finding | None:
+    """A model the catalog knows but no node has: the pod would stay Pending (a warning, as an autoscaled pool
+    may be empty right now; the rules' nodeCatalog.modelWithoutNodes: deny makes it a denial)."""
+    if rules.nodes is None or not profile.models or any(m.name in rules.nodes.present for m in profile.models):
+        return None
+    message = (f"no node of this cluster has GPU model {profile.model_name} ({profile.model_source}), so the pod "
+               f"stays Pending until one joins; {_cluster_models(rules)}")
+    return deny("gpu-model-not-in-cluster", message) if rules.nodes.absent_severity == "deny" else \
+        warn("gpu-model-not-in-cluster", message)
 
 
 _EXAMPLE_GIB = (40, 20, 16, 12, 8, 4, 2, 1)
@@ -100,8 +128,10 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
         what = (f'GPU model "{choice.unknown[0]}"' if len(choice.unknown) == 1
                 else "GPU models " + ", ".join(f'"{u}"' for u in choice.unknown))
         verb = "is" if len(choice.unknown) == 1 else "are"
-        found.append(deny("gpu-model-unknown", f"{what} ({choice.source}) {verb} not in the catalog; known "
-                                               f"{vendor + ' ' if vendor else ''}models: {_known(rules, vendor)}"))
+        cluster = _cluster_models(rules)
+        found.append(deny("gpu-model-unknown", f"{what} ({choice.source}) {verb} not in the catalog" + (
+            f" nor on any node; {cluster}" if cluster else
+            f"; known {vendor + ' ' if vendor else ''}models: {_known(rules, vendor)}")))
     wrong = [m for m in choice.models if m.vendor not in profile.vendors] if profile.vendors else []
     if wrong:
         asked = " and ".join(r for r in sorted(profile.gpus) if rules.vendor_of(r))
@@ -109,6 +139,9 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
                           f"{asked} asks for {'/'.join(profile.vendors)} GPUs but {choice.source} names "
                           f"{', '.join(f'{m.name} ({m.vendor})' for m in wrong)}; name one of the {'/'.join(profile.vendors)} "
                           f"models instead: {_model_fix(rules, vendor)}"))
+    absent = _model_not_in_cluster(profile, rules)
+    if absent is not None:
+        found.append(absent)
     pinned = profile.pinned
     if profile.hints.gpu_model and pinned is not None and choice.models and pinned.models:
         if choice.models[0] not in pinned.models:

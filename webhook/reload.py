@@ -52,10 +52,12 @@ class RulesWatch(Poller):
         except RulesError as exc:
             self.last_error = str(exc)
             metrics.RULES_RELOAD_ERRORS.inc()
+            metrics.RULES_RELOAD_FAILING.set(1)
             log.error(json.dumps({"msg": "rules rejected, keeping the previous rules", "error": str(exc)}))
             return False
         self.last_error = None
         self._on_change(rules)
+        metrics.RULES_RELOAD_FAILING.set(0)
         metrics.RULES_GENERATION.inc()
         metrics.RULES_LOADED_AT.set(time.time())
         log.warning(json.dumps({"msg": "rules reloaded", "source": rules.source}))

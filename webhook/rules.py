@@ -325,6 +325,15 @@ class SignalIndex:
 
 
 @dataclass(frozen=True)
+class NodeCatalog:
+    """What the cluster's nodes say about the catalog, merged into the rules by `webhook.catalog` (the static
+    catalog alone when no node watch runs): the models nodes have, and what a model no node has gets."""
+
+    present: Mapping[str, str]    # catalog model name -> what the cluster has of it ("3 nodes x 8 GPUs")
+    absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
+
+
+@dataclass(frozen=True)
 class Rules:
     """Everything the policy core reads; built by `compile_rules`, never mutated."""
 
@@ -361,6 +370,7 @@ class Rules:
     tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
     ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
     is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
 

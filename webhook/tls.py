@@ -79,7 +79,7 @@ class ReloadingContext:
                     self._context = self._factory()
                     self._identity = identity
                     self.loads += 1
-                    _record_expiry(self.certfile)
+                    record_expiry(self.certfile)
                     if self.loads > 1:
                         log.info('{"msg":"tls certificate reloaded","certfile":"%s"}', self.certfile)
             except (OSError, ssl.SSLError, ValueError) as exc:
@@ -89,7 +89,7 @@ class ReloadingContext:
             return self._context
 
 
-def _record_expiry(certfile: str) -> None:
+def record_expiry(certfile: str) -> None:
     from cryptography import x509
 
     from . import metrics  # imported in the worker, after the multiprocess directory is set
