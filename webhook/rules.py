@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 import jsonschema
 import yaml
 
+from .dra_rules import DraRules, compile_dra
 from .quantity import QuantityError, parse_quantity
 
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
@@ -286,6 +287,7 @@ class Rules:
     warn_missing_host_memory: bool
     warn_tensor_parallel_over_pcie: bool
     mutation: MutationSettings = field(default_factory=MutationSettings)
+    dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
     is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
@@ -298,7 +300,8 @@ class Rules:
 
     def _names_accelerator(self, resource: Any) -> bool:
         return isinstance(resource, str) and (
-            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource)))
+            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
+            or resource in self.dra.extended_resources)
 
 
 def normalize_model_name(name: str) -> str:
@@ -423,6 +426,8 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
         mutation=_compile_mutation_settings(document.get("mutation") or {}),
+        dra=compile_dra(document.get("dra"), catalog=catalog,
+                        fail=lambda path, problem: _fail(source, ["dra", *path], problem)),
         raw=document,
     )
 
