@@ -23,6 +23,9 @@ from .admission import MUTATE, VALIDATE, Verdict, decide, respond
 from .logs import AdmissionLog
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .compiled import running_compiled
+from .dra import CLAIM, TEMPLATE
+from .dra_watch import ClaimWatch
+from .dra_watch import watch_from_environment as claim_watch_from_environment
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
 from .rules import MODES, Rules, default_rules_path, load_rules
@@ -56,7 +59,7 @@ def _read_review() -> AdmissionRequest:
     return parse_review(body)
 
 
-_KNOWN_KINDS = frozenset({"Pod", *(kind for _, kind in EXTRACTORS)})
+_KNOWN_KINDS = frozenset({"Pod", TEMPLATE, CLAIM, *(kind for _, kind in EXTRACTORS)})
 
 
 def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:
@@ -106,11 +109,13 @@ def _tls_status() -> dict[str, Any] | None:
 
 
 def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True,
-               reload: bool = True) -> Flask:
+               reload: bool = True, claims: ClaimWatch | None | bool = True) -> Flask:
     """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given).
 
     ``watch``: the PriorityClass watch to consult; True starts one when the environment asks for it
     (see `webhook.cluster`), None or False runs without (every class is assumed to exist).
+    ``claims``: the watch of DRA claims and templates (see `webhook.dra_watch`), likewise; without one, GPUs
+    taken through claims are not seen on pods (the claims themselves are still judged).
     ``reload``: when the rules come from a file, watch it and take changes without a restart.
     """
     app = Flask("ai_admission")
@@ -128,6 +133,10 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     if watch is True:
         watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
     cluster_watch = watch or None
+    if claims is True:
+        claims = claim_watch_from_environment()
+    claim_watch = claims or None
+    claim_index = claim_watch.index if claim_watch else None
     admissions = AdmissionLog()
 
     def facts() -> ClusterFacts:
@@ -141,7 +150,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             metrics.BAD_REQUESTS.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts())
+            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts(),
+                             claims=claim_index)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)
@@ -186,6 +196,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             detail["certificate"] = tls
         if cluster_watch:
             detail["cluster"] = facts().as_dict()
+        if claim_watch:
+            detail["claims"] = claim_watch.status()
         return _json(detail, 200 if ready else 503)
 
     @app.get("/metrics")

@@ -41,9 +41,10 @@ def _bigger_models(rules: Rules, need: Decimal) -> list[str]:
 def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
     found: list[Finding] = []
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
+    claimed = profile.claimed  # DRA: GPUs from claims are fixed in the claim
     if model_needed and profile.model_name is None:
-        found.append(deny("gpu-model-missing",
-                          f"{profile.gpu_text()} says how many GPUs but not which model: {_model_fix(rules)}"))
+        fix = claimed.model_fix(rules) if claimed is not None else _model_fix(rules)
+        found.append(deny("gpu-model-missing", f"{profile.gpu_text()} says how many GPUs but not which model: {fix}"))
     elif profile.model_name is not None and profile.model is None:
         found.append(deny("gpu-model-unknown",
                           f'GPU model "{profile.model_name}" ({profile.model_source}) is not in the catalog; '
@@ -56,8 +57,9 @@ def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
                               f'{profile.pinned_where} pins "{profile.pinned_model}" ({pinned_model.name}); '
                               f"keep one of them"))
     if profile.memory_per_gpu is None:
+        fix = claimed.memory_fix() if claimed is not None else _memory_fix(rules)
         found.append(deny("gpu-memory-missing",
-                          f"{profile.gpu_text()} does not say how much GPU memory it needs: {_memory_fix(rules)}"))
+                          f"{profile.gpu_text()} does not say how much GPU memory it needs: {fix}"))
 
     model = profile.model
     if model is None or profile.is_mig:
@@ -69,7 +71,7 @@ def _gpu_findings(profile: Profile, rules: Rules) -> list[Finding]:
                           f"split the work over several pods (one per node) or use fewer GPUs"))
     if profile.memory_per_gpu is not None and profile.memory_per_gpu > model.memory:
         card = format_bytes(model.memory)
-        if profile.hints.gpu_memory is not None:
+        if profile.hints.gpu_memory is not None or (profile.memory_basis or ("",))[0] == "claim":  # per GPU
             bigger = _bigger_models(rules, profile.memory_per_gpu)
             advice = f"use a model with more memory ({', '.join(bigger)})" if bigger else "shard the model further"
             found.append(deny("gpu-memory-exceeds",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping
 
-from . import names, podview
+from . import dra, names, podview
 from .classify import Classification, classify
 from .findings import Finding, deny
 from .hints import Hints, read_hints
@@ -47,6 +47,7 @@ class Profile:
     accelerator_containers: tuple[ContainerKey, ...] = ()  # init containers first, each list in order
     pinned_model: str | None = None          # what the pod's own nodeSelector/affinity pins, if anything
     pinned_where: str | None = None
+    claimed: dra.Claimed | None = None       # GPUs taken through DRA claims (see webhook.dra)
 
     @property
     def memory_source(self) -> str | None:
@@ -236,6 +237,8 @@ def _explain_memory(basis: MemoryBasis | None) -> str | None:
         return None
     if basis[0] == "annotation":
         return f"annotation {names.GPU_MEMORY}={format_bytes(basis[1])} per GPU"
+    if basis[0] == "claim":  # DRA: the selector of a claim, ("claim", per GPU, where)
+        return f"{basis[2]} per GPU"
     if basis[0] == "params":
         _, params, per_param, precision, factor, workload = basis
         explanation = f"{_params_text(params)} params x {per_param.normalize():f} bytes ({precision})"
@@ -269,19 +272,33 @@ def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str) -> t
     return False, None
 
 
-def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
-    """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised."""
+def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource | None = None) -> Profile:
+    """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised.
+
+    ``claims`` finds the ResourceClaims and templates of the pod's namespace (DRA); without it, or for a claim
+    it does not know, GPUs taken through claims are not seen.
+    """
     facts = PodFacts(pod)
     hints = read_hints(facts, rules)
     problems: list[Finding] = list(hints.problems)
     gpus, users = effective_gpus(facts, rules, problems)
+    mig_memory = _mig_memory(gpus, rules)
+    claimed = dra.claimed_gpus(facts, rules, claims)  # DRA: GPUs the pod takes through claims
+    if claimed is not None:
+        gpus, users, mig_memory = claimed.joined(gpus, users, mig_memory)
     classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
     pinned, pinned_where = pinned_model(facts, rules)
+    if claimed is not None:  # DRA: a claim's selector pins the model where the pod's own nodeSelector does not
+        pinned, pinned_where = claimed.pinned(pinned, pinned_where, rules)
+        problems.extend(claimed.problems)
     model_name, model_source = (hints.gpu_model, f"annotation {names.GPU_MODEL}") if hints.gpu_model else (pinned, pinned_where)
     model = rules.find_model(model_name) if model_name else None
-    mig_memory = _mig_memory(gpus, rules)
     per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory)
+    if per_gpu is None and claimed is not None:  # DRA: the claims' annotations, else their selectors
+        per_gpu, total, memory_basis = _memory_need(claimed.hints, rules, workload, sum(gpus.values()), None)
+        if per_gpu is None:
+            per_gpu, total, memory_basis = claimed.memory_need(sum(gpus.values()))
     policy = rules.classes.get(workload)
     preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
     multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload)
@@ -291,7 +308,7 @@ def build_profile(pod: Mapping[str, Any], rules: Rules) -> Profile:
         memory_per_gpu=per_gpu, memory_total=total, memory_basis=memory_basis,
         preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
         problems=tuple(problems), accelerator_containers=users, pinned_model=pinned, pinned_where=pinned_where,
-        facts=facts,
+        facts=facts, claimed=claimed,
     )
 
 

@@ -146,7 +146,7 @@ def _jobset(obj: Mapping[str, Any]) -> Iterator[Template]:
 
 _PREDICTOR_POD_FIELDS = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "volumes", "initContainers",
                          "serviceAccountName", "schedulerName", "runtimeClassName", "imagePullSecrets",
-                         "securityContext", "topologySpreadConstraints")
+                         "securityContext", "topologySpreadConstraints", "resourceClaims")
 
 
 def _inference_service(obj: Mapping[str, Any]) -> Iterator[Template]:
