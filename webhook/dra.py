@@ -36,7 +36,6 @@ EXAMPLE_MEMORY = "40Gi"  # the memory the messages suggest, as the pod messages 
 
 _MIG_PROFILE = re.compile(r"^[0-9]+g\.(?P<mem>[0-9]+)gb$")
 _GB = Decimal(10**9)
-_OPS = {">=": ">=", ">": ">", "==": "=="}
 
 ContainerKey = tuple[str, int]  # as in webhook.profile: ("initContainers" | "containers", index)
 # (kind, name) -> the object of that kind and name in the pod's namespace, or None when it is not known
@@ -67,7 +66,7 @@ class ClaimAnalysis:
     name: str
     hints: Hints                  # the claim's ai-admission.io/* annotations (a template's and its claims')
     requests: list[GpuRequest]
-    notes: dict[str, str] = field(default_factory=dict)  # those annotations as written
+    notes: dict[str, str] = field(default_factory=dict)  # its annotations as written, for messages
 
     @property
     def subject(self) -> str:
@@ -149,7 +148,7 @@ def _memory(terms: list[Term], device_class: GpuDeviceClass) -> tuple[Decimal | 
         except QuantityError:
             continue
         if amount > 0 and (best is None or amount > best[0]):
-            best = amount, f'selector {device_class.capacity(term.name)} {_OPS[term.op]} {term.value}'
+            best = amount, f'selector {device_class.capacity(term.name)} {term.op} {term.value}'
     if best is not None:
         return best
     if device_class.profile_attribute:
@@ -172,7 +171,7 @@ def _gpu_request(request: str, name: str, preferred: bool, spec: Mapping[str, An
     if len(products) > 1:
         problems.append(deny("gpu-model-conflict",
                              f'request "{name}": the selectors pin the product names '
-                             f'{" and ".join(repr_name(p) for p in products)}; no device has both'))
+                             f'{" and ".join(_quoted(p) for p in products)}; no device has both'))
     model = rules.find_model(model_name_of(product)) if product else None
     model_where = f'selector {device_class.product_selector(product)}' if product else None
     if device_class.model is not None:
@@ -182,12 +181,12 @@ def _gpu_request(request: str, name: str, preferred: bool, spec: Mapping[str, An
         elif model is not None and model is not class_model:
             problems.append(deny("gpu-model-conflict",
                                  f'request "{name}": device class "{device_class.name}" is {device_class.model} but '
-                                 f'the selector pins {repr_name(product)} ({model.name}); no device is both'))
+                                 f'the selector pins {_quoted(product)} ({model.name}); no device is both'))
     if product and device_class.product_name_has_spaces and " " not in product:
         problems.append(warn("gpu-product-name-form",
-                             f'request "{name}": product name {repr_name(product)} has no spaces, but the driver '
+                             f'request "{name}": product name {_quoted(product)} has no spaces, but the driver '
                              f'of {device_class.name} publishes names as nvidia-smi prints them, e.g. '
-                             f'{repr_name(device_class.product_example)}; this selector may match no device'))
+                             f'{_quoted(device_class.product_example)}; this selector may match no device'))
     memory, memory_where = _memory(terms, device_class)
     all_devices = spec.get("allocationMode") == "All"
     count = spec.get("count", 1)
@@ -200,7 +199,7 @@ def _gpu_request(request: str, name: str, preferred: bool, spec: Mapping[str, An
                       memory=memory, memory_where=memory_where, problems=problems)
 
 
-def repr_name(text: str) -> str:
+def _quoted(text: str) -> str:
     return f'"{text}"'
 
 
@@ -261,7 +260,7 @@ def _request_findings(claim: ClaimAnalysis, req: GpuRequest, rules: Rules) -> li
                           f"{asks} does not pin the GPU model: {model_fix(req.device_class, rules)}"))
     elif req.product is not None and req.model is None:
         found.append(deny("gpu-model-unknown",
-                          f'{label}: product name {repr_name(req.product)} ({req.model_where}) is not in the '
+                          f'{label}: product name {_quoted(req.product)} ({req.model_where}) is not in the '
                           f'catalog; known models: {", ".join(rules.catalog)}'))
     if req.memory is None and not claim.states_memory:
         found.append(deny("gpu-memory-missing",
@@ -328,7 +327,7 @@ def _total_findings(claim: ClaimAnalysis) -> list[Finding]:
         assert model is not None
         total = sum(r.count for r in requests)
         if len(requests) > 1 and total > model.gpus_per_node:
-            listed = ", ".join(repr_name(r.name) for r in requests)
+            listed = ", ".join(_quoted(r.name) for r in requests)
             found.append(deny("gpu-count-exceeds-node",
                               f"requests {listed} ask for {total} x {model.name} in one claim, but one {model.name} "
                               f"node holds {model.gpus_per_node}; split the work over several pods (one per node) or "
