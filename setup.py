@@ -28,12 +28,15 @@ CORE = [
     "webhook/models.py",
     "webhook/parallelism.py",
     "webhook/profile.py",
+    "webhook/dra.py",
+    "webhook/dra_cel.py",
     "webhook/findings.py",
     "webhook/policy.py",
     "webhook/patch.py",
     "webhook/mutate.py",
     "webhook/quantity.py",
     "webhook/rules.py",
+    "webhook/dra_rules.py",
 ]
 
 

@@ -56,14 +56,13 @@ def _write_secret(core: Any, existing: Any | None, *, name: str, namespace: str,
                   data: dict[str, bytes]) -> None:
     from kubernetes import client
 
-    body = client.V1Secret(api_version="v1", kind="Secret", type=secret_type,
-                           metadata=client.V1ObjectMeta(name=name, namespace=namespace,
-                                                        labels={"app.kubernetes.io/name": "ai-admission"}),
+    metadata = client.V1ObjectMeta(name=name, namespace=namespace, labels={"app.kubernetes.io/name": "ai-admission"})
+    body = client.V1Secret(api_version="v1", kind="Secret", type=secret_type, metadata=metadata,
                            data={k: _b64(v) for k, v in data.items()})
     if existing is None:
         core.create_namespaced_secret(namespace, body)
     else:
-        body.metadata.resource_version = existing.metadata.resource_version
+        metadata.resource_version = existing.metadata.resource_version
         core.replace_namespaced_secret(name, namespace, body)
 
 

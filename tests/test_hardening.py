@@ -103,10 +103,12 @@ POD_PATHS = [("metadata",), ("metadata", "labels"), ("metadata", "annotations"),
 MANIFESTS = [d for path in sorted((ROOT / "tests" / "manifests").glob("*.yaml"))
              for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] not in ("Pod", "Service")]
 PLURALS = {"Deployment": "deployments", "CronJob": "cronjobs", "Job": "jobs", "PyTorchJob": "pytorchjobs",
-           "JobSet": "jobsets", "InferenceService": "inferenceservices", "RayJob": "rayjobs"}
+           "JobSet": "jobsets", "InferenceService": "inferenceservices", "RayJob": "rayjobs",
+           "ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims"}
 TEMPLATE_PATHS = [("spec",), ("spec", "template"), ("spec", "template", "spec"), ("spec", "pytorchReplicaSpecs"),
                   ("spec", "replicatedJobs"), ("spec", "predictor"), ("spec", "tasks"), ("spec", "rayClusterSpec"),
-                  ("spec", "jobTemplate"), ("metadata",), ("spec", "plugins")]
+                  ("spec", "jobTemplate"), ("metadata",), ("spec", "plugins"), ("spec", "spec"),
+                  ("spec", "spec", "devices"), ("metadata", "annotations")]
 
 
 def _damage(draw: st.DrawFn, obj: Any, paths: list[tuple[str, ...]]) -> None:

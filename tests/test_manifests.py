@@ -113,6 +113,9 @@ def test_validating_rules_cover_every_template_kind(base: list[dict[str, Any]]) 
         covered = {(g, r) for rule in webhook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
         assert ("", "pods") in covered
         assert {(k.group, k.resource) for k in KINDS.values()} <= covered
+        claims = [rule for rule in webhook["rules"] if rule["apiGroups"] == ["resource.k8s.io"]]
+        assert claims == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}]
 
 
 def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]]) -> None:
@@ -160,6 +163,12 @@ def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]}]
     assert roles[("ClusterRole", "ai-admission-read-nodes")] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    assert roles[("ClusterRole", "ai-admission-watch-resourceclaims")] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
+         "verbs": ["list", "watch"]}]
+    bound = {(o["roleRef"]["name"], s["name"]) for o in base if o["kind"] == "ClusterRoleBinding"
+             for s in o["subjects"]}
+    assert {("ai-admission-watch-resourceclaims", "ai-admission"), ("ai-admission-read-nodes", "ai-admission")} <= bound
     for rules in roles.values():
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]

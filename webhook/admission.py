@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import podview
+from . import dra, podview
 from .cluster import UNKNOWN, ClusterFacts
 from .findings import Finding
 from .mutate import mutate_pod
@@ -73,13 +73,14 @@ def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, 
 
 
 def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
-              notes: tuple[str, ...] = ()) -> Verdict:
+              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None) -> Verdict:
     """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit).
 
     ``world``: the job's size when known from a controller's template; ``notes``: what the reader should know about
-    how a template was read, passed on as warnings.
+    how a template was read, passed on as warnings; ``claims``: the DRA claims and templates of the pod's
+    namespace, for a pod that takes GPUs through them.
     """
-    profile = build_profile(pod, rules, world=world)
+    profile = build_profile(pod, rules, claims, world=world)
     findings = tuple(evaluate(pod, profile, rules))
     denials = [f for f in findings if f.severity == "deny"]
     denial = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)]) if denials else None
@@ -106,7 +107,7 @@ def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", na
 
 def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
                  kind: str | None = None, namespace: str = "", old: Mapping[str, Any] | None = None,
-                 resolve: Resolver | None = None, generic: bool = True,
+                 resolve: Resolver | None = None, generic: bool = True, claims: dra.ClaimSource | None = None,
                  ) -> tuple[Verdict, list[TemplateVerdict]] | None:
     """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates to judge).
 
@@ -137,7 +138,7 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
         if namespace and "namespace" not in pod["metadata"]:
             pod["metadata"]["namespace"] = namespace
         verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
-                            notes=template.notes)
+                            notes=template.notes, claims=claims)
         results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, generic=template.generic))
     if not results:
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
@@ -156,12 +157,32 @@ def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
                    audit_annotations=audit)
 
 
-def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: ClusterFacts = UNKNOWN) -> Verdict:
+def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: ClusterFacts = UNKNOWN,
+                   claims: dra.ClaimSource | None = None) -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
-    profile = build_profile(pod, rules)
+    profile = build_profile(pod, rules, claims)
     mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
+
+
+def judge_claim(obj: Mapping[str, Any], *, rules: Rules, mode: str, kind: str, namespace: str = "",
+                old: Mapping[str, Any] | None = None) -> Verdict | None:
+    """A DRA ResourceClaim or ResourceClaimTemplate: its GPU requests must pin the model and state the memory.
+
+    None (not judged): claims Kubernetes makes for pods (their template or pod was judged), and an UPDATE that
+    changes neither the requests nor the ai-admission annotations (the spec is immutable; metadata is not).
+    """
+    if kind not in dra.KINDS or dra.is_generated(obj):
+        return None
+    if old is not None and dra.judged_parts(old, kind) == dra.judged_parts(obj, kind):
+        return None
+    findings = tuple(dra.claim_findings(obj, kind, rules))
+    denials = [f for f in findings if f.severity == "deny"]
+    header = f"{object_subject(obj, kind=kind, namespace=namespace)} was denied by ai-admission:"
+    denial = "\n".join([header, *(f"- {f.message}" for f in denials)]) if denials else None
+    return _apply_mode(mode=mode, profile=None, findings=findings, denial=denial,
+                       warnings=[f.message for f in findings if f.severity == "warn"])
 
 
 def subject_of(request: AdmissionRequest) -> str:
@@ -169,24 +190,29 @@ def subject_of(request: AdmissionRequest) -> str:
 
 
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
-           facts: ClusterFacts = UNKNOWN) -> Verdict | None:
+           facts: ClusterFacts = UNKNOWN, claims: dra.ClaimIndex | None = None) -> Verdict | None:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
 
     Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
-    and UPDATE. Subresources (status, scale, ephemeralcontainers, binding, ...) are never judged.
+    and UPDATE, and so are DRA claims and claim templates. Subresources (status, scale, ephemeralcontainers,
+    binding, ...) are never judged. ``claims``: the cluster's claims and templates as last seen (a watch).
     """
     if request.object is None or request.sub_resource:
         return None
     namespace = request.namespace or str(podview.metadata(request.object).get("namespace") or "")
     mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+    source = claims.source(namespace) if claims is not None else None
     if request.is_pod_create:
         if endpoint == MUTATE:
-            return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts)
-        return judge_pod(request.object, rules=rules, mode=mode, subject=subject_of(request))
+            return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts, claims=source)
+        return judge_pod(request.object, rules=rules, mode=mode, subject=subject_of(request), claims=source)
     if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE") or request.resource == "pods":
         return None
+    old = request.old_object if request.operation == "UPDATE" else None
+    if request.group == dra.GROUP:
+        return judge_claim(request.object, rules=rules, mode=mode, kind=request.kind, namespace=namespace, old=old)
     judged = judge_object(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
-                          namespace=namespace, old=request.old_object if request.operation == "UPDATE" else None)
+                          namespace=namespace, old=old, claims=source)
     return judged[0] if judged else None
 
 

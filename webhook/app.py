@@ -25,6 +25,9 @@ from .catalog import EffectiveRules
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .nodes import NodeWatch, watch_from_environment as nodes_from_environment
 from .compiled import running_compiled
+from .dra import CLAIM, TEMPLATE
+from .dra_watch import ClaimWatch
+from .dra_watch import watch_from_environment as claim_watch_from_environment
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
 from .rules import MODES, Rules, default_rules_path, load_rules
@@ -58,7 +61,7 @@ def _read_review() -> AdmissionRequest:
     return parse_review(body)
 
 
-_KNOWN_KINDS = frozenset({"Pod", *(kind for _, kind in KINDS)})
+_KNOWN_KINDS = frozenset({"Pod", TEMPLATE, CLAIM, *(kind for _, kind in KINDS)})
 
 
 def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:
@@ -118,13 +121,16 @@ def _record_certificate_expiry() -> None:
 
 
 def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None | bool = True,
-               reload: bool = True, nodes: NodeWatch | None | bool = True) -> Flask:
+               reload: bool = True, nodes: NodeWatch | None | bool = True,
+               claims: ClaimWatch | None | bool = True) -> Flask:
     """Build the webhook app around ``rules`` (loaded from the environment's rules file when not given).
 
     ``watch``: the PriorityClass watch to consult; True starts one when the environment asks for it
     (see `webhook.cluster`), None or False runs without (every class is assumed to exist).
     ``nodes``: the node GPU catalog watch whose facts are merged into the rules (`webhook.catalog`); True starts
     one when the environment asks for it (``AI_ADMISSION_NODE_CATALOG``), None or False: the static catalog.
+    ``claims``: the watch of DRA claims and templates (see `webhook.dra_watch`), likewise; without one, GPUs
+    taken through claims are not seen on pods (the claims themselves are still judged).
     ``reload``: when the rules come from a file, watch it and take changes without a restart.
     """
     app = Flask("ai_admission")
@@ -152,6 +158,10 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     if watch is True:
         watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
     cluster_watch = watch or None
+    if claims is True:
+        claims = claim_watch_from_environment()
+    claim_watch = claims or None
+    claim_index = claim_watch.index if claim_watch else None
     admissions = AdmissionLog()
 
     def facts() -> ClusterFacts:
@@ -165,7 +175,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             metrics.BAD_REQUESTS.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts())
+            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts(),
+                             claims=claim_index)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)
@@ -212,6 +223,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             detail["cluster"] = facts().as_dict()
         if node_watch:
             detail["nodeCatalog"] = node_watch.catalog.summary()
+        if claim_watch:
+            detail["claims"] = claim_watch.status()
         return _json(detail, 200 if ready else 503)
 
     @app.get("/metrics")

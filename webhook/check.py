@@ -2,6 +2,8 @@
 
 Reads YAML or JSON (multi-document files, ``kind: List``, directories, standard input) and sends every Pod and
 every pod template through the same functions the webhook calls (`judge_pod`, `judge_object`, `mutate_pod`).
+DRA ResourceClaims and ResourceClaimTemplates are judged too (`judge_claim`), and are what the pods and
+templates among the same input find when they take claims (where the server keeps the cluster's, from a watch).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any, Iterable, Iterator, TextIO
 
 import yaml
 
-from . import podview
-from .admission import Verdict, judge_object, judge_pod, object_subject, resolve_mode
+from . import dra, podview
+from .admission import Verdict, judge_claim, judge_object, judge_pod, object_subject, resolve_mode
 from .kinds import KINDS, group_of
 from .mutate import mutate_pod
 from .rules import Rules
@@ -138,6 +140,22 @@ class Index:
         return self._objects.get((kind, name, namespace)) or self._objects.get((kind, name, ""))
 
 
+def _is_claim(obj: dict[str, Any]) -> bool:
+    return obj.get("kind") in dra.KINDS and str(obj.get("apiVersion", "")).startswith(dra.GROUP + "/")
+
+
+def _claim_index(documents: list[Document], namespace: str | None) -> dra.ClaimIndex:
+    """The claims and templates among the input, each in its namespace (as the server's watch holds them)."""
+    index = dra.ClaimIndex()
+    for document in documents:
+        if _is_claim(document.obj):
+            obj = document.obj
+            own = podview.metadata(obj).get("namespace")
+            meta = {**podview.metadata(obj), "namespace": str(own or namespace or "default")}
+            index.put(str(obj["kind"]), {**obj, "metadata": meta})
+    return index
+
+
 def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None) -> Report:
     """Judge every document exactly as the webhook would (the mode in force for its namespace applies).
 
@@ -147,6 +165,7 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
     report = Report()
     documents = list(documents)
     index = Index(documents)
+    claims = _claim_index(documents, namespace)
     for document in documents:
         obj = document.obj
         meta = podview.metadata(obj)
@@ -156,15 +175,25 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
         ns = "" if cluster_scoped else str(meta.get("namespace") or namespace or "default")
         mode = resolve_mode(rules, namespace=ns, path_mode=None)
         name = str(meta.get("name") or meta.get("generateName") or "")
+        source = claims.source(ns)
+        if _is_claim(obj):
+            gpus = bool(dra.analyse_claim(obj, kind, rules).requests)
+            claim_verdict = judge_claim(obj, rules=rules, mode=mode, kind=kind, namespace=ns) if gpus else None
+            if claim_verdict is None:
+                report.skipped.append(document)  # no GPU request (or made by Kubernetes): nothing to judge
+            else:
+                report.results.append(Result(document, kind, name, ns, None, claim_verdict, workload="-"))
+            continue
         if kind == "Pod" and str(obj.get("apiVersion")) == "v1":
-            verdict = judge_pod(obj, rules=rules, mode=mode, subject=object_subject(obj, kind="pod", namespace=ns))
+            verdict = judge_pod(obj, rules=rules, mode=mode, subject=object_subject(obj, kind="pod", namespace=ns),
+                                claims=source)
             profile = verdict.profile
             mutated = mutate_pod(obj, profile, rules).pod if profile else None
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
                                          profile.workload if profile else "none",
                                          profile.classification.reason if profile else ""))
             continue
-        judged = judge_object(obj, rules=rules, mode=mode, namespace=ns, resolve=index.find)
+        judged = judge_object(obj, rules=rules, mode=mode, namespace=ns, resolve=index.find, claims=source)
         if judged is None:
             report.skipped.append(document)
             continue

@@ -38,17 +38,31 @@ class ClusterFacts:
 UNKNOWN = ClusterFacts()
 
 
-def list_priority_classes() -> set[str]:
+def api_client() -> Any:
+    """A kubernetes ``ApiClient``: the pod's service account in a cluster, else ``$KUBECONFIG``."""
     from kubernetes import client, config
 
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         # $KUBECONFIG as it is now: the client reads it once, when it is first imported
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    with client.ApiClient() as api:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def list_priority_classes() -> set[str]:
+    from kubernetes import client
+
+    with api_client() as api:
         items = client.SchedulingV1Api(api).list_priority_class().items
         return {item.metadata.name for item in items if item.metadata and item.metadata.name}
+
+
+def enabled(variable: str) -> bool:
+    """A background check switched by ``variable``: "true", "false", or "auto" (default: on inside a cluster)."""
+    setting = os.environ.get(variable, "auto").lower()
+    return setting == "true" or (setting == "auto" and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
 
 
 class PriorityClassWatch(Poller):
@@ -82,8 +96,6 @@ class PriorityClassWatch(Poller):
 
 def watch_from_environment(wanted: Callable[[], Iterable[str]]) -> PriorityClassWatch | None:
     """Started when ``AI_ADMISSION_CHECK_PRIORITY_CLASSES`` is true, or "auto" (default) inside a cluster."""
-    setting = os.environ.get(CHECK_ENV, "auto").lower()
-    enabled = setting == "true" or (setting == "auto" and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
-    if not enabled:
+    if not enabled(CHECK_ENV):
         return None
     return PriorityClassWatch(wanted, interval=float(os.environ.get(INTERVAL_ENV, "60"))).start()

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from .dra import GROUP as DRA_GROUP
 from .rules import Rules
 from .kinds import KINDS
 
@@ -69,6 +70,9 @@ def _template_rules() -> list[dict[str, Any]]:
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
             "scope": "Namespaced"}
+# DRA claims and claim templates: v1 only, requests sent as v1beta1/v1beta2 arrive converted (matchPolicy Equivalent)
+CLAIM_RULE = {"apiGroups": [DRA_GROUP], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+              "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}
 
 
 def _common() -> dict[str, Any]:
@@ -90,8 +94,9 @@ def webhook_configurations() -> list[dict[str, Any]]:
     for mode, path, name in ((None, "/validate", "validate.ai-admission.io"),
                              ("warn", "/validate/warn", "validate-warn.ai-admission.io"),
                              ("audit", "/validate/audit", "validate-audit.ai-admission.io")):
-        entries.append({"name": name, "clientConfig": _client_config(path), "rules": [POD_RULE, *_template_rules()],
-                        "failurePolicy": "Ignore", "namespaceSelector": _namespace_selector(mode), **_common()})
+        entries.append({"name": name, "clientConfig": _client_config(path),
+                        "rules": [POD_RULE, *_template_rules(), CLAIM_RULE], "failurePolicy": "Ignore",
+                        "namespaceSelector": _namespace_selector(mode), **_common()})
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                   "metadata": {"name": NAME}, "webhooks": entries}
     return [mutating, validating]

@@ -326,3 +326,30 @@ def stated_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
     if rules.memory_keys:
         return _selected_memory(facts, rules)
     return None
+
+
+# -- the catalog in messages -------------------------------------------------------------------------------------
+
+def models_of(rules: Rules, vendor: str | None) -> list[GpuModel]:
+    """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order; those this
+    cluster's nodes have first, when the nodes are known (see webhook.catalog)."""
+    models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor] or list(rules.catalog.values())
+    present = rules.nodes.present if rules.nodes is not None else {}
+    return [m for m in models if m.name in present] + [m for m in models if m.name not in present]
+
+
+KNOWN_LISTED = 8
+
+
+def known_models(rules: Rules, vendor: str | None) -> str:
+    """The catalog's models of the vendor for a message: the first few (catalog order), and how many more."""
+    names = [m.name for m in models_of(rules, vendor)]
+    more = len(names) - KNOWN_LISTED
+    return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def bigger_models(rules: Rules, need: Decimal, vendor: str | None) -> str:
+    """The models of the vendor whose cards hold ``need`` (smallest first, the first few), or "" when none does."""
+    names = [m.name for m in sorted(models_of(rules, vendor), key=lambda m: m.memory) if m.memory >= need]
+    more = len(names) - KNOWN_LISTED
+    return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")

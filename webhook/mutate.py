@@ -214,7 +214,9 @@ def add_tolerations(ctx: _Context) -> None:
     """Accelerator tolerations (as the ExtendedResourceToleration plugin adds) and the class's pool taints."""
     wanted: list[Mapping[str, Any]] = []
     if ctx.settings.gpu_tolerations:
-        wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted(ctx.profile.gpus)]
+        claimed = ctx.profile.claimed  # DRA: a claim's GPUs are tolerated under their device class's taint
+        keys = claimed.toleration_keys(ctx.profile.gpus) if claimed is not None else sorted(ctx.profile.gpus)
+        wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
     wanted += ctx.plan.tolerations
     present: list[Mapping[str, Any]] = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
     added: list[dict[str, Any]] = []

@@ -13,37 +13,20 @@ from typing import Any, Mapping
 
 from . import names, podview
 from .findings import Finding, deny, warn
+from .models import bigger_models, known_models, models_of
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
-
-
-def _models_of(rules: Rules, vendor: str | None) -> list[GpuModel]:
-    """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order; those this
-    cluster's nodes have first, when the nodes are known (see webhook.catalog)."""
-    models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor] or list(rules.catalog.values())
-    present = rules.nodes.present if rules.nodes is not None else {}
-    return [m for m in models if m.name in present] + [m for m in models if m.name not in present]
 
 
 def _vendor(profile: Profile) -> str | None:
     return profile.vendors[0] if len(profile.vendors) == 1 else None
 
 
-KNOWN_LISTED = 8
-
-
-def _known(rules: Rules, vendor: str | None) -> str:
-    """The catalog's models of the vendor for a message: the first few (catalog order), and how many more."""
-    names = [m.name for m in _models_of(rules, vendor)]
-    more = len(names) - KNOWN_LISTED
-    return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")
-
-
 def _model_fix(rules: Rules, vendor: str | None) -> str:
-    model = _models_of(rules, vendor)[0]
+    model = models_of(rules, vendor)[0]
     key = rules.model_keys[0]
-    known = _cluster_models(rules) or f'known {vendor + " " if vendor else ""}models: {_known(rules, vendor)}'
+    known = _cluster_models(rules) or f'known {vendor + " " if vendor else ""}models: {known_models(rules, vendor)}'
     return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
             f'"{names.GPU_MODEL}: {model.name}" ({known})')
 
@@ -85,16 +68,9 @@ def example_memory(model: GpuModel | None) -> str:
 
 def _memory_fix(rules: Rules, model: GpuModel | None) -> str:
     precision = "bf16" if "bf16" in rules.precisions else next(iter(rules.precisions))
-    example = model or _models_of(rules, None)[0]
+    example = model or models_of(rules, None)[0]
     return (f'add annotation "{names.GPU_MEMORY}: {example_memory(example)}" (per GPU), or '
             f'"{names.MODEL_PARAMS}: 7B" with "{names.MODEL_PRECISION}: {precision}"')
-
-
-def _bigger_models(rules: Rules, need: Decimal, vendor: str | None) -> str:
-    """The models of the vendor whose cards hold ``need`` (smallest first, the first few), or "" when none does."""
-    names = [m.name for m in sorted(_models_of(rules, vendor), key=lambda m: m.memory) if m.memory >= need]
-    more = len(names) - KNOWN_LISTED
-    return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
 def parallel_size(needed: int, node_gpus: int) -> int:
@@ -120,9 +96,10 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
     choice = profile.choice
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
     if choice is None:
-        if model_needed:
-            found.append(deny("gpu-model-missing", f"{profile.gpu_text()} says how many GPUs but not which model: "
-                                                   f"{_model_fix(rules, vendor)}"))
+        if model_needed:  # DRA: GPUs taken through claims are named in the claim
+            fix = profile.claimed.model_fix(rules) if profile.claimed is not None else _model_fix(rules, vendor)
+            found.append(deny("gpu-model-missing",
+                              f"{profile.gpu_text()} says how many GPUs but not which model: {fix}"))
         return found
     if choice.unknown:
         what = (f'GPU model "{choice.unknown[0]}"' if len(choice.unknown) == 1
@@ -131,7 +108,7 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
         cluster = _cluster_models(rules)
         found.append(deny("gpu-model-unknown", f"{what} ({choice.source}) {verb} not in the catalog" + (
             f" nor on any node; {cluster}" if cluster else
-            f"; known {vendor + ' ' if vendor else ''}models: {_known(rules, vendor)}")))
+            f"; known {vendor + ' ' if vendor else ''}models: {known_models(rules, vendor)}")))
     wrong = [m for m in choice.models if m.vendor not in profile.vendors] if profile.vendors else []
     if wrong:
         asked = " and ".join(r for r in sorted(profile.gpus) if rules.vendor_of(r))
@@ -167,7 +144,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
     count = profile.gpu_count
     if basis is None or basis[0] != "params":
         if per_gpu > memory:
-            bigger = _bigger_models(rules, per_gpu, vendor)
+            bigger = bigger_models(rules, per_gpu, vendor)
             advice = f"use a model with more memory ({bigger})" if bigger else "shard the model further"
             denials.append(deny("gpu-memory-exceeds",
                                 f"needs {format_bytes(per_gpu)} of GPU memory per GPU ({profile.memory_source}) but "
@@ -181,7 +158,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
         needed = max(1, math.ceil(total / memory))
         node_gpus = _node_gpus(profile) or model.gpus_per_node
         if world.pods > 1:
-            bigger = _bigger_models(rules, per_gpu, vendor)
+            bigger = bigger_models(rules, per_gpu, vendor)
             advice = (f"use a model with more memory per card ({bigger})" if bigger
                       else "use more pods or more GPUs per pod")
             denials.append(deny("gpu-memory-exceeds",
@@ -193,7 +170,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
         domain = "one node, one NVLink domain" if model.interconnect == "nvlink" else "on one node"
         advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({domain})"
         if needed > node_gpus:
-            bigger = _bigger_models(rules, total / node_gpus, vendor)
+            bigger = bigger_models(rules, total / node_gpus, vendor)
             advice = (f"that is {needed} GPUs, more than the {node_gpus} one {model.name} node holds; "
                       + (f"use a model with more memory per card ({bigger})" if bigger
                          else "shard the model over several pods"))
@@ -214,8 +191,9 @@ def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[F
     """(denials, warnings) about the GPUs: model, memory, count."""
     found = _model_findings(profile, rules)
     if not profile.memory_stated:
-        found.append(deny("gpu-memory-missing", f"{profile.gpu_text()} does not say how much GPU memory it needs: "
-                                                f"{_memory_fix(rules, profile.model)}"))
+        fix = profile.claimed.memory_fix() if profile.claimed is not None else _memory_fix(rules, profile.model)
+        found.append(deny("gpu-memory-missing",
+                          f"{profile.gpu_text()} does not say how much GPU memory it needs: {fix}"))
     model = profile.model
     if model is None or profile.is_mig or any(f.code == "gpu-vendor-mismatch" for f in found):
         return found, []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Iterator, Mapping
 
-from . import names, podview
+from . import dra, names, podview
 from .classify import Classification, classify
 from .findings import Finding, deny
 from .hints import Hints, read_hints
@@ -81,6 +81,7 @@ class Profile:
     def job_gpus(self) -> int:
         """GPUs of the whole job (this pod's times the job's pods): what a sharded model is spread over."""
         return max(self.gpu_count, 1) * self.world.pods
+    claimed: dra.Claimed | None = None       # GPUs taken through DRA claims (see webhook.dra)
 
     @property
     def memory_source(self) -> str | None:
@@ -267,6 +268,8 @@ def _explain_memory(basis: MemoryBasis | None) -> str | None:
         return f"{basis[2]}, {format_bytes(basis[1])} per GPU"
     if basis[0] == "percent":
         return f"{basis[2]} of a {basis[3]} card"
+    if basis[0] == "claim":  # DRA: the selector of a claim, ("claim", per GPU, where)
+        return f"{basis[2]} per GPU"
     if basis[0] == "params":
         _, params, per_param, precision, factor, workload = basis
         explanation = f"{_params_text(params)} params x {per_param.normalize():f} bytes ({precision})"
@@ -311,26 +314,39 @@ def _choose_model(hints: Hints, facts: PodFacts, rules: Rules,
     return chosen, chosen.written, chosen.source
 
 
-def build_profile(pod: Mapping[str, Any], rules: Rules, *, world: World | None = None) -> Profile:
+def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource | None = None, *,
+                  world: World | None = None) -> Profile:
     """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised.
 
     ``world``: the job's size when the caller knows it better than the pod's env (a controller's template, whose
-    operator has not injected its env yet).
+    operator has not injected its env yet). ``claims`` finds the ResourceClaims and templates of the pod's
+    namespace (DRA); without it, or for a claim it does not know, GPUs taken through claims are not seen.
     """
     facts = PodFacts(pod)
     hints = read_hints(facts, rules)
     problems: list[Finding] = list(hints.problems)
     gpus, users = effective_gpus(facts, rules, problems)
+    mig_memory = _mig_memory(gpus, rules)
+    claimed = dra.claimed_gpus(facts, rules, claims)  # DRA: GPUs the pod takes through claims
+    if claimed is not None:
+        gpus, users, mig_memory = claimed.joined(gpus, users, mig_memory)
     classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
     pinned = pinned_models(facts, rules) if gpus else None
+    if claimed is not None:  # DRA: a claim's selector pins the model where the pod's own nodeSelector does not
+        pinned = claimed.pinned(pinned, rules)
+        problems.extend(claimed.problems)
     choice, model_name, model_source = _choose_model(hints, facts, rules, pinned) if gpus else (None, None, None)
     model = choice.smallest if choice else None
-    mig_memory = _mig_memory(gpus, rules)
     job = world if world is not None else (world_of(facts, rules) if gpus else SINGLE)
     stated = stated_memory(facts, rules) if gpus else None
     per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory, stated,
                                                 model, job)
+    if per_gpu is None and claimed is not None:  # DRA: the claims' annotations, else their selectors
+        per_gpu, total, memory_basis = _memory_need(claimed.hints, rules, workload, sum(gpus.values()), None, None,
+                                                    model, job)
+        if per_gpu is None:
+            per_gpu, total, memory_basis = claimed.memory_need(sum(gpus.values()))
     policy = rules.classes.get(workload)
     preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
     multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload, job)
@@ -345,5 +361,5 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, *, world: World | None =
         choice=choice, pinned=pinned,
         memory_stated=per_gpu is not None or (stated is not None and stated.percent is not None),
         world=job, tensor_parallel=tensor_parallel(facts, rules) if gpus else None, vendors=vendors,
-        facts=facts,
+        facts=facts, claimed=claimed,
     )

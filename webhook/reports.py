@@ -83,15 +83,15 @@ def write_reports(api: Any, rules: Rules, *, now: float | None = None) -> dict[s
             outcome[namespace] = "unchanged"
             continue
         results = _timestamped(results, old_results, now)
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PolicyReport",
-                "metadata": {"name": NAME, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        metadata: dict[str, Any] = {"name": NAME, "namespace": namespace, "labels": dict(MANAGED_BY)}
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PolicyReport", "metadata": metadata,
                 "summary": report_summary(results), "results": results}
         path = kube.collection(GROUP, VERSION, PLURAL, namespace)
         if old is None:
             kube.request(api, "POST", path, body=body)
             outcome[namespace] = "created"
         else:
-            body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            metadata["resourceVersion"] = old["metadata"]["resourceVersion"]
             kube.request(api, "PUT", f"{path}/{NAME}", body=body)
             outcome[namespace] = "updated"
     return outcome

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 import jsonschema
 import yaml
 
+from .dra_rules import DraRules, compile_dra
 from .quantity import QuantityError, parse_quantity
 
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
@@ -369,6 +370,7 @@ class Rules:
     world: WorldSettings = field(default_factory=WorldSettings)
     tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
     ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
+    dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
@@ -400,7 +402,8 @@ class Rules:
 
     def _names_accelerator(self, resource: Any) -> bool:
         return isinstance(resource, str) and (
-            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource)))
+            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
+            or resource in self.dra.extended_resources)
 
 
 def normalize_model_name(name: str) -> str:
@@ -527,6 +530,8 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
         mutation=_compile_mutation_settings(document.get("mutation") or {}),
+        dra=compile_dra(document.get("dra"), catalog=catalog,
+                        fail=lambda path, problem: _fail(source, ["dra", *path], problem)),
         raw=document,
     )
 
