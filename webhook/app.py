@@ -25,7 +25,7 @@ from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_envir
 from .compiled import running_compiled
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch
-from .rules import MODES, Rules, default_rules_path, load_rules
+from .rules import MODES, PriorityClassSpec, Rules, default_rules_path, load_rules
 from .templates import EXTRACTORS
 
 INTERNAL_ERROR_WARNING = "ai-admission had an internal error and admitted this pod unchecked"
@@ -88,8 +88,8 @@ def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint:
     })
 
 
-def _priority_class_names(rules: Rules) -> list[str]:
-    return [p.priority_class.name for p in rules.classes.values() if p.priority_class]
+def _priority_classes(rules: Rules) -> list[PriorityClassSpec]:
+    return [p.priority_class for p in rules.classes.values() if p.priority_class]
 
 
 def _tls_status() -> dict[str, Any] | None:
@@ -126,7 +126,7 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     metrics.RULES_GENERATION.inc()
     metrics.RULES_LOADED_AT.set(time.time())
     if watch is True:
-        watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
+        watch = watch_from_environment(lambda: _priority_classes(state["rules"]))
     cluster_watch = watch or None
     admissions = AdmissionLog()
 
