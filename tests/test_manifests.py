@@ -97,7 +97,11 @@ def test_webhook_settings(base: list[dict[str, Any]]) -> None:
         excluded = webhook["namespaceSelector"]["matchExpressions"][0]
         assert excluded == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                             "values": ["kube-system", "kube-node-lease", "ai-admission"]}
+        (condition,) = webhook["matchConditions"]  # only pods the rules may concern are sent (test_match_conditions)
+        assert condition["name"] == "may-concern-ai-admission"
     assert mutating[0]["reinvocationPolicy"] == "IfNeeded"
+    for webhook in validating:  # controllers and CRDs are always sent to the validating entries
+        assert webhook["matchConditions"][0]["expression"].startswith("request.resource.resource != 'pods'\n|| ")
     assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate", "/validate/warn", "/validate/audit"]
     modes = [w["namespaceSelector"]["matchExpressions"][1] for w in validating]
     assert modes == [{"key": "ai-admission.io/mode", "operator": "NotIn", "values": ["warn", "audit"]},

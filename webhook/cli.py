@@ -103,16 +103,20 @@ def _certs_patch(args: argparse.Namespace) -> int:
 
 def _manifests(args: argparse.Namespace) -> int:
     from .manifests import priority_classes, render, webhook_configurations
+    from .match_conditions import pod_condition
 
+    try:
+        rules = load_rules(args.rules) if args.rules else load_rules()
+    except RulesError as exc:
+        print(f"ai-admission manifests: {exc}", file=sys.stderr)
+        return 2
     if args.what == "priorityclasses":
-        try:
-            rules = load_rules(args.rules) if args.rules else load_rules()
-        except RulesError as exc:
-            print(f"ai-admission manifests: {exc}", file=sys.stderr)
-            return 2
         sys.stdout.write(render(priority_classes(rules), "priorityclasses"))
-    else:
-        sys.stdout.write(render(webhook_configurations(), "webhooks"))
+        return 0
+    if pod_condition(rules) is None:
+        print(f"ai-admission manifests: {rules.source} uses a regular expression CEL cannot express; the webhooks "
+              f"get no matchConditions and the API server sends them every pod", file=sys.stderr)
+    sys.stdout.write(render(webhook_configurations(rules), "webhooks"))
     return 0
 
 
@@ -140,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base)")
     manifests.add_argument("what", choices=("priorityclasses", "webhooks"))
-    manifests.add_argument("--rules", help="rules file for priorityclasses")
+    manifests.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml): the classes' "
+                                           f"PriorityClasses, and which pods the webhooks are sent")
     manifests.set_defaults(func=_manifests)
 
     certs = commands.add_parser("certs", help="certificate tooling")
