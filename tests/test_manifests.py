@@ -14,6 +14,7 @@ import yaml
 
 from tests.conftest import ROOT, Server
 from tests.reviews import K8S_VERSION, admission_review
+from webhook.draining import GRACEFUL_SECONDS
 from webhook.rules import Rules
 from webhook.templates import RESOURCES
 
@@ -133,6 +134,8 @@ def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]])
     assert container["resources"]["requests"] and container["resources"]["limits"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["AI_ADMISSION_BIND"] == "0.0.0.0:8443"
+    # draining after SIGTERM, then gunicorn's graceful_timeout, both within the grace period (webhook.draining)
+    assert spec["terminationGracePeriodSeconds"] > float(env["AI_ADMISSION_DRAIN_SECONDS"]) + 1 + GRACEFUL_SECONDS
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[env["AI_ADMISSION_TLS_DIR"]] == "tls" and mounts[env["AI_ADMISSION_RULES"]] == "rules"
     volumes = {v["name"]: v for v in spec["volumes"]}

@@ -23,9 +23,10 @@ from .admission import MUTATE, VALIDATE, Verdict, decide, respond
 from .logs import AdmissionLog
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .compiled import running_compiled
+from .draining import is_draining
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
-from .reload import INTERVAL_ENV, RulesWatch
-from .rules import MODES, PriorityClassSpec, Rules, default_rules_path, load_rules
+from .reload import INTERVAL_ENV, RulesWatch, load_or_last_good
+from .rules import MODES, PriorityClassSpec, Rules, default_rules_path
 from .templates import EXTRACTORS
 
 INTERNAL_ERROR_WARNING = "ai-admission had an internal error and admitted this pod unchecked"
@@ -119,10 +120,12 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     rules_watch: RulesWatch | None = None
     if rules is None:
         path = default_rules_path()
-        state["rules"] = load_rules(path)
+        state["rules"], file_error = load_or_last_good(path)
         if reload:
             rules_watch = RulesWatch(path, lambda new: state.__setitem__("rules", new),
-                                     interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
+                                     interval=float(os.environ.get(INTERVAL_ENV, "2")))
+            rules_watch.last_error = file_error
+            rules_watch.start()
     metrics.RULES_GENERATION.inc()
     metrics.RULES_LOADED_AT.set(time.time())
     if watch is True:
@@ -173,11 +176,13 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
 
     @app.get("/readyz")
     def readyz() -> Response:
-        """Ready when rules are loaded and the serving certificate is loadable and unexpired."""
+        """Ready when rules are loaded, the serving certificate is loadable and unexpired, and the server is not
+        draining before it stops (see webhook.draining)."""
         current: Rules | None = state.get("rules")
         tls = _tls_status()
-        ready = current is not None and (tls is None or tls["ok"])
-        detail: dict[str, Any] = {"status": "ready" if ready else "not ready",
+        drain = is_draining()
+        ready = current is not None and (tls is None or tls["ok"]) and not drain
+        detail: dict[str, Any] = {"status": "ready" if ready else ("draining" if drain else "not ready"),
                                   "rules": current.source if current else None,
                                   "compiled": running_compiled()}
         if rules_watch and rules_watch.last_error:
