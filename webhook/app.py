@@ -23,6 +23,7 @@ from .admission import MUTATE, VALIDATE, Verdict, decide, respond
 from .logs import AdmissionLog
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .compiled import running_compiled
+from .decision_cache import SIZE as CACHE_SIZE, SIZE_ENV as CACHE_SIZE_ENV, DecisionCache
 from .draining import is_draining
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
 from .reload import INTERVAL_ENV, RulesWatch, load_or_last_good
@@ -132,6 +133,8 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
         watch = watch_from_environment(lambda: _priority_classes(state["rules"]))
     cluster_watch = watch or None
     admissions = AdmissionLog()
+    cache_size = int(os.environ.get(CACHE_SIZE_ENV, CACHE_SIZE))
+    decisions = DecisionCache(cache_size) if cache_size > 0 else None
 
     def facts() -> ClusterFacts:
         return cluster_watch.facts if cluster_watch else UNKNOWN
@@ -144,7 +147,11 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             metrics.BAD_REQUESTS.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts())
+            if decisions is None:
+                verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts())
+            else:
+                verdict = decisions.decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode,
+                                           facts=facts(), decide=decide)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)

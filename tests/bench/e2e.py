@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import os
 import shutil
 import statistics
 import subprocess
@@ -135,10 +136,26 @@ def go_floor(work: Path, tls: Path) -> tuple[subprocess.Popen[bytes], str] | Non
     raise RuntimeError("the Go floor server did not start")
 
 
+@contextlib.contextmanager
+def _environment(**values: str) -> Any:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--without-cache", action="store_true",
+                        help="also run ai-admission with its decision cache off (AI_ADMISSION_DECISION_CACHE=0)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ai-admission-bench-e2e-"))
     tls = ensure_dev_certs(work / "tls")
@@ -162,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
                                                                         rules=rules)))
         subjects.append(Subject("ai-admission", register(plane, name="ours", url=ours.url, ca_pem=ca_pem, rules=rules),
                                 metrics_url=ours.url + "/metrics", ca=str(tls / "ca.crt")))
+        if args.without_cache:  # the same server with the decision cache off, measured in the same turns
+            with _environment(AI_ADMISSION_DECISION_CACHE="0"):
+                uncached = Server(tls)
+            stack.callback(uncached.stop)
+            subjects.append(Subject("ai-admission, no decision cache", register(
+                plane, name="uncached", url=uncached.url, ca_pem=ca_pem, rules=rules),
+                metrics_url=uncached.url + "/metrics", ca=str(tls / "ca.crt")))
         time.sleep(3)  # the configurations reach the API server's informers
         loads = {"burst of identical pods": [BURST_POD], "mix of fixture pods": mix_pods()}
         for subject in subjects:  # warm-up: connections, TLS sessions, imports
