@@ -9,7 +9,7 @@ WHEELS ?= dist/wheels
 # The admission core compiled with mypyc next to its sources (see setup.py); rebuilt when any source changes.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: serve test venv compile pure clean wheels install-wheels bench mutation e2e-deps
+.PHONY: serve test venv compile pure clean wheels install-wheels bench bench-e2e mutation e2e-deps
 
 # The editable install itself stays interpreted; `compile` builds the compiled modules in place, once.
 $(STAMP): setup.cfg pyproject.toml setup.py
@@ -69,6 +69,13 @@ install-wheels:
 bench: $(COMPILED)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
+
+# Pod admission through a real kube-apiserver with no webhook, a minimal Flask app, a Go "allowed" server (when
+# Debian's golang-go can be had) and ai-admission registered as the webhooks; see BENCHMARKS.md.
+bench-e2e: e2e-deps $(COMPILED)
+	command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go) \
+	  || echo "no Go: the Go floor is left out"
+	$(BIN)/python -m tests.bench.e2e $(BENCH_ARGS)
 
 # Mutation testing of the policy core with mutmut (see README, Testing); not part of `make test` or CI: it runs
 # the fast in-process tests against each of about 1,600 mutants (settings under [mutmut] in setup.cfg). It

@@ -122,8 +122,9 @@ def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, st
     port = free_port()
     log = tmp / "gunicorn.log"
     env = {**os.environ, "PORT": str(port), "AI_ADMISSION_TLS_DIR": str(tls), "AI_ADMISSION_RULES": str(rules),
+           # stopped at once: a test of draining on SIGTERM asks for it
            "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "AI_ADMISSION_NODE_CATALOG": "false",
-           **(extra_env or {})}
+           "AI_ADMISSION_DRAIN_SECONDS": "0", **(extra_env or {})}
     gunicorn = Path(sys.executable).with_name("gunicorn")
     process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
                                stdout=log.open("wb"), stderr=subprocess.STDOUT)

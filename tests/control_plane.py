@@ -346,7 +346,7 @@ class ControlPlane:
 
     def _wait_ready(self, *, deadline: float) -> None:
         def ready() -> bool:
-            answer = requests.get(f"{self.url}/readyz", headers=self._auth(), verify=str(self.ca), timeout=5)
+            answer = requests.get(f"{self.url}/readyz", headers=self.auth_headers(), verify=str(self.ca), timeout=5)
             return answer.status_code == 200
 
         self._poll(ready, deadline=deadline, what="kube-apiserver /readyz")
@@ -378,7 +378,8 @@ class ControlPlane:
         assert self._creds is not None, "not started"
         return self._creds.ca
 
-    def _auth(self) -> dict[str, str]:
+    def auth_headers(self) -> dict[str, str]:
+        """The admin's bearer token, for talking to the API server over HTTPS directly."""
         assert self._creds is not None, "not started"
         return {"Authorization": f"Bearer {self._creds.token}"}
 

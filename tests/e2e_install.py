@@ -67,11 +67,12 @@ def _route_expression(route: str | None) -> dict[str, Any]:
     return {"key": ROUTE_LABEL, "operator": "In", "values": [route]}
 
 
-def routed_configurations(*, url: str, ca_pem: bytes, route: str | None = None) -> list[dict[str, Any]]:
+def routed_configurations(*, url: str, ca_pem: bytes, rules: Rules,
+                          route: str | None = None) -> list[dict[str, Any]]:
     """The generated webhook configurations, calling ``url`` and selecting only ``route``'s namespaces."""
     ca_bundle = base64.b64encode(ca_pem).decode()
     result = []
-    for generated in webhook_configurations():
+    for generated in webhook_configurations(rules):
         configuration = copy.deepcopy(generated)
         configuration["metadata"]["name"] = registration_name(route)
         for hook in configuration["webhooks"]:
@@ -97,7 +98,7 @@ def install(plane: ControlPlane, *, url: str, ca: Path, rules: Rules, route: str
     in a namespace of the route, nothing stored).
     """
     _apply(plane, priority_classes(rules))
-    _apply(plane, routed_configurations(url=url, ca_pem=ca.read_bytes(), route=route))
+    _apply(plane, routed_configurations(url=url, ca_pem=ca.read_bytes(), rules=rules, route=route))
     probe = plane.create_namespace(namespace_name(f"probe-{route or 'session'}"), route_labels(route))
     wait_until_active(plane, probe)
 

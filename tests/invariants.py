@@ -6,8 +6,9 @@ from typing import Any, Iterator
 
 from tests.reviews import assert_valid_pod
 
-# Fields ai-admission may change although they are present: the Priority plugin's resolved values (removed with
-# a new class), its own profile annotation, and the API server's default scheduler name (gang scheduling).
+# Fields ai-admission may change although they are present: the Priority plugin's resolved values (set to the
+# new class's values, or removed when the cluster's class differs from the rules), its own profile annotation, and
+# the API server's default scheduler name (gang scheduling).
 OWNED = {"/spec/priority", "/spec/preemptionPolicy", "/metadata/annotations/ai-admission.io~1profile"}
 
 

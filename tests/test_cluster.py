@@ -1,4 +1,5 @@
-"""PriorityClasses that do not exist are not set on pods: checked in the background against the API."""
+"""PriorityClasses checked in the background against the API: a missing one is not set on pods, and one whose
+value or preemptionPolicy differs from the rules is set without them (the API server fills them in)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,24 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import RULES_FILE, Server, start_server, stop_server
 from tests.kubeapi import FakeKubeAPI
-from tests.reviews import admission_review, apply_patch
-from webhook.cluster import CHECK_ENV, PriorityClassWatch, watch_from_environment
+from tests.reviews import admission_review, apply_patch, decode_patch
+from webhook.cluster import CHECK_ENV, InstalledPriorityClass, PriorityClassWatch, watch_from_environment
+from webhook.manifests import priority_classes
+from webhook.rules import load_rules
 
+# as the Priority plugin leaves a pod before the webhooks run: resolved from no class
 GPU_POD = {"metadata": {"name": "p", "annotations": {"ai-admission.io/gpu-memory": "8Gi"}},
-           "spec": {"nodeSelector": {"gpu-type": "t4-16g"},
+           "spec": {"nodeSelector": {"gpu-type": "t4-16g"}, "priority": 0, "preemptionPolicy": "PreemptLowerPriority",
                     "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}}}]}}
+SHIPPED = {pc["metadata"]["name"]: pc for pc in priority_classes(load_rules(RULES_FILE))}
+RULES_SPECS = [policy.priority_class for policy in load_rules(RULES_FILE).classes.values() if policy.priority_class]
 
 
-def priority_class(name: str) -> dict[str, Any]:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": 1}
+def priority_class(name: str, **changes: Any) -> dict[str, Any]:
+    """The PriorityClass as `kubectl apply -k manifests/` installs it, with ``changes``."""
+    return {**SHIPPED[name], **changes}
 
 
 def eventually(check: Callable[[], bool], seconds: float = 15) -> None:
@@ -27,6 +34,17 @@ def eventually(check: Callable[[], bool], seconds: float = 15) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.2)
+
+
+def mutated_patch(server: Server, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return decode_patch(server.review("/mutate", admission_review(pod)))
+
+
+def all_workers_checked(server: Server) -> bool:
+    # each request is a new connection, which SO_REUSEPORT hands to either worker by its port hash: with 6,
+    # all could reach the same worker (about 3% of runs) while the other had not finished its first check
+    # (seen in a CI run); with 24 that chance is about 1 in 8 million
+    return all(server.get("/readyz").json()["cluster"]["checked"] for _ in range(24))
 
 
 def mutated_class(server: Server, pod: dict[str, Any]) -> tuple[str | None, list[str]]:
@@ -50,19 +68,13 @@ def cluster(tmp_path: Path) -> Any:
 
 def test_missing_priority_class_is_not_set(cluster: Any) -> None:
     api, server = cluster
-
-    def all_workers_checked() -> bool:
-        # each request is a new connection, which SO_REUSEPORT hands to either worker by its port hash: with 6,
-        # all could reach the same worker (about 3% of runs) while the other had not finished its first check
-        # (seen in a CI run); with 24 that chance is about 1 in 8 million
-        details = [server.get("/readyz").json()["cluster"] for _ in range(24)]
-        return all(d["checked"] for d in details)
-
-    eventually(all_workers_checked)
+    eventually(lambda: all_workers_checked(server))
     assert server.get("/readyz").json()["cluster"]["missingPriorityClasses"] == ["ai-batch", "ai-hpo"]
     name, warnings = mutated_class(server, GPU_POD)
     assert name is None
     assert any('PriorityClass "ai-batch" does not exist in this cluster' in w for w in warnings)
+    # no class: spec.priority and preemptionPolicy stay as the API server resolved them for no class
+    assert not any(op["path"] in ("/spec/priority", "/spec/preemptionPolicy") for op in mutated_patch(server, GPU_POD))
     training = {**GPU_POD, "metadata": {**GPU_POD["metadata"], "annotations": {
         **GPU_POD["metadata"]["annotations"], "ai-admission.io/workload-type": "training"}}}
     assert mutated_class(server, training)[0] == "ai-training"
@@ -73,20 +85,57 @@ def test_missing_priority_class_is_not_set(cluster: Any) -> None:
     assert "Worker exiting" not in server.log.read_text()
 
 
-def test_api_errors_keep_the_last_answer() -> None:
-    answers: list[Any] = [{"ai-training"}, RuntimeError("connection refused")]
+def test_a_class_that_differs_from_the_rules_is_left_to_the_api_server(tmp_path: Path) -> None:
+    """ai-batch installed with another value: pods still get the class, without the values the rules give it."""
+    with FakeKubeAPI() as api:
+        for name in SHIPPED:
+            api.add("priorityclasses", priority_class(name, **({"value": 500} if name == "ai-batch" else {})))
+        server = start_server(tmp_path, extra_env={
+            "KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig")),
+            "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "true", "AI_ADMISSION_CLUSTER_CHECK_SECONDS": "0.3"})
+        try:
+            eventually(lambda: all_workers_checked(server))
+            cluster = server.get("/readyz").json()["cluster"]
+            assert cluster["missingPriorityClasses"] == []
+            assert cluster["differingPriorityClasses"] == {"ai-batch": (
+                "value 500, preemptionPolicy Never in the cluster; the rules say value 1000, preemptionPolicy Never")}
+            response = server.review("/mutate", admission_review(GPU_POD))
+            priority_ops = [op for op in mutated_patch(server, GPU_POD) if op["path"].startswith("/spec/priority")
+                            or op["path"] == "/spec/preemptionPolicy"]
+            assert priority_ops == [{"op": "add", "path": "/spec/priorityClassName", "value": "ai-batch"},
+                                    {"op": "remove", "path": "/spec/priority"},
+                                    {"op": "remove", "path": "/spec/preemptionPolicy"}]
+            assert any('PriorityClass "ai-batch" differs from ai-admission\'s rules (value 500, preemptionPolicy '
+                       'Never in the cluster; the rules say value 1000' in w for w in response["warnings"])
+            training = {**GPU_POD, "metadata": {**GPU_POD["metadata"], "annotations": {
+                **GPU_POD["metadata"]["annotations"], "ai-admission.io/workload-type": "training"}}}
+            mutated = apply_patch(training, server.review("/mutate", admission_review(training)))
+            assert (mutated["spec"]["priorityClassName"], mutated["spec"]["priority"],
+                    mutated["spec"]["preemptionPolicy"]) == ("ai-training", 100000, "PreemptLowerPriority")
+        finally:
+            stop_server(server)
 
-    def lister() -> set[str]:
+
+def test_api_errors_keep_the_last_answer() -> None:
+    training = InstalledPriorityClass(value=100000, preemption_policy="PreemptLowerPriority")
+    answers: list[Any] = [{"ai-training": training, "ai-hpo": InstalledPriorityClass(value=7)},
+                          RuntimeError("connection refused")]
+
+    def lister() -> dict[str, InstalledPriorityClass]:
         answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
 
-    watch = PriorityClassWatch(lambda: ["ai-training", "ai-batch"], lister=lister)
+    watch = PriorityClassWatch(lambda: RULES_SPECS, lister=lister)
     first = watch.poll()
-    assert first.checked and first.missing_priority_classes == {"ai-batch"} and first.error is None
+    assert first.checked and first.missing_priority_classes == {"ai-batch", "ai-inference"} and first.error is None
+    assert first.differing_priority_classes == {"ai-hpo": "value 7, preemptionPolicy PreemptLowerPriority in the "
+                                                          "cluster; the rules say value 10000, preemptionPolicy "
+                                                          "PreemptLowerPriority"}
     second = watch.poll()
-    assert second.missing_priority_classes == {"ai-batch"}
+    assert second.missing_priority_classes == {"ai-batch", "ai-inference"}
+    assert second.differing_priority_classes == first.differing_priority_classes
     assert second.error == "RuntimeError: connection refused"
 
 
@@ -112,7 +161,7 @@ def test_auto_is_on_only_inside_a_cluster(tmp_path: Path, monkeypatch: pytest.Mo
             monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
         else:
             monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        watch = watch_from_environment(lambda: ["ai-training", "ai-batch"])
+        watch = watch_from_environment(lambda: [spec for spec in RULES_SPECS if spec.name in ("ai-training", "ai-batch")])
         try:
             assert (watch is not None) is enabled
             if watch is not None:  # it really polls the API (in-cluster config is absent here: the kubeconfig)

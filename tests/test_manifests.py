@@ -15,6 +15,7 @@ import yaml
 
 from tests.conftest import ROOT, Server
 from tests.reviews import K8S_VERSION, admission_review
+from webhook.draining import GRACEFUL_SECONDS
 from webhook.rules import Rules
 from webhook.kinds import KINDS
 
@@ -100,7 +101,11 @@ def test_webhook_settings(base: list[dict[str, Any]]) -> None:
         excluded = webhook["namespaceSelector"]["matchExpressions"][0]
         assert excluded == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                             "values": ["kube-system", "kube-node-lease", "ai-admission"]}
+        (condition,) = webhook["matchConditions"]  # only pods the rules may concern are sent (test_match_conditions)
+        assert condition["name"] == "may-concern-ai-admission"
     assert mutating[0]["reinvocationPolicy"] == "IfNeeded"
+    for webhook in validating:  # controllers and CRDs are always sent to the validating entries
+        assert webhook["matchConditions"][0]["expression"].startswith("request.resource.resource != 'pods'\n|| ")
     assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate", "/validate/warn", "/validate/audit"]
     modes = [w["namespaceSelector"]["matchExpressions"][1] for w in validating]
     assert modes == [{"key": "ai-admission.io/mode", "operator": "NotIn", "values": ["warn", "audit"]},
@@ -135,6 +140,8 @@ def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]])
     assert container["resources"]["requests"] and container["resources"]["limits"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["AI_ADMISSION_BIND"] == "0.0.0.0:8443"
+    # draining after SIGTERM, then gunicorn's graceful_timeout, both within the grace period (webhook.draining)
+    assert spec["terminationGracePeriodSeconds"] > float(env["AI_ADMISSION_DRAIN_SECONDS"]) + 1 + GRACEFUL_SECONDS
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts[env["AI_ADMISSION_TLS_DIR"]] == "tls" and mounts[env["AI_ADMISSION_RULES"]] == "rules"
     volumes = {v["name"]: v for v in spec["volumes"]}

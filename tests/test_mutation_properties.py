@@ -117,7 +117,8 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     if annotations:
         metadata["annotations"] = annotations
     owner = draw(st.sampled_from([None, ("kubeflow.org/v1", "PyTorchJob"), ("apps/v1", "ReplicaSet"),
-                                  ("batch/v1", "Job"), ("kubeflow.org/v1beta1", "Trial")]))
+                                  ("batch/v1", "Job"), ("kubeflow.org/v1beta1", "Trial"),
+                                  ("batch.volcano.sh/v1alpha1", "Job"), ("apps/v1", "StatefulSet")]))
     if owner:
         metadata["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1], "name": "owner",
                                         "uid": "0f0f0f0f-0000-4000-8000-000000000000", "controller": True}]

@@ -161,7 +161,8 @@ def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: Cl
                    claims: dra.ClaimSource | None = None) -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
     profile = build_profile(pod, rules, claims)
-    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes)
+    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes,
+                          differing_priority_classes=facts.differing_priority_classes)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
 

@@ -25,12 +25,14 @@ from .catalog import EffectiveRules
 from .cluster import UNKNOWN, ClusterFacts, PriorityClassWatch, watch_from_environment
 from .nodes import NodeWatch, watch_from_environment as nodes_from_environment
 from .compiled import running_compiled
+from .decision_cache import SIZE as CACHE_SIZE, SIZE_ENV as CACHE_SIZE_ENV, DecisionCache
+from .draining import is_draining
 from .dra import CLAIM, TEMPLATE
 from .dra_watch import ClaimWatch
 from .dra_watch import watch_from_environment as claim_watch_from_environment
 from .review import AdmissionRequest, ReviewError, build_response, parse_review
-from .reload import INTERVAL_ENV, RulesWatch
-from .rules import MODES, Rules, default_rules_path, load_rules
+from .reload import INTERVAL_ENV, RulesWatch, load_or_last_good
+from .rules import MODES, PriorityClassSpec, Rules, default_rules_path
 from .kinds import KINDS
 
 INTERNAL_ERROR_WARNING = "ai-admission had an internal error and admitted this pod unchecked"
@@ -93,8 +95,8 @@ def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint:
     })
 
 
-def _priority_class_names(rules: Rules) -> list[str]:
-    return [p.priority_class.name for p in rules.classes.values() if p.priority_class]
+def _priority_classes(rules: Rules) -> list[PriorityClassSpec]:
+    return [p.priority_class for p in rules.classes.values() if p.priority_class]
 
 
 def _tls_status() -> dict[str, Any] | None:
@@ -136,7 +138,10 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     app = Flask("ai_admission")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     path = default_rules_path() if rules is None else None
-    state: dict[str, Any] = {"rules": rules if path is None else load_rules(path)}
+    file_error: str | None = None
+    if path is not None:  # a broken file at start: the last good rules, and the file's error in /readyz
+        rules, file_error = load_or_last_good(path)
+    state: dict[str, Any] = {"rules": rules}
     # the rules in force: the file's, with the nodes' GPU facts merged in while a node watch runs
     merged = EffectiveRules(state["rules"], lambda new: state.__setitem__("rules", new))
     node_watch = nodes_from_environment(lambda: merged.rules.model_keys, merged.set_discovered) if nodes is True \
@@ -147,7 +152,9 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     rules_watch: RulesWatch | None = None
     if path is not None:
         if reload:
-            rules_watch = RulesWatch(path, merged.set_rules, interval=float(os.environ.get(INTERVAL_ENV, "2"))).start()
+            rules_watch = RulesWatch(path, merged.set_rules, interval=float(os.environ.get(INTERVAL_ENV, "2")))
+            rules_watch.last_error = file_error
+            rules_watch.start()
         # the server's own background work; apps built around given rules (tests) do without
         from .reports import writer_from_environment
 
@@ -156,13 +163,15 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
     metrics.RULES_LOADED_AT.set(time.time())
     _record_certificate_expiry()
     if watch is True:
-        watch = watch_from_environment(lambda: _priority_class_names(state["rules"]))
+        watch = watch_from_environment(lambda: _priority_classes(state["rules"]))
     cluster_watch = watch or None
     if claims is True:
         claims = claim_watch_from_environment()
     claim_watch = claims or None
     claim_index = claim_watch.index if claim_watch else None
     admissions = AdmissionLog()
+    cache_size = int(os.environ.get(CACHE_SIZE_ENV, CACHE_SIZE))
+    decisions = DecisionCache(cache_size) if cache_size > 0 else None
 
     def facts() -> ClusterFacts:
         return cluster_watch.facts if cluster_watch else UNKNOWN
@@ -175,8 +184,12 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
             metrics.BAD_REQUESTS.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts(),
-                             claims=claim_index)
+            if decisions is None:
+                verdict = decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode, facts=facts(),
+                                 claims=claim_index)
+            else:
+                verdict = decisions.decide(review, rules=state["rules"], endpoint=endpoint, path_mode=path_mode,
+                                           facts=facts(), decide=decide, claims=claim_index)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)
@@ -208,11 +221,13 @@ def create_app(rules: Rules | None = None, *, watch: PriorityClassWatch | None |
 
     @app.get("/readyz")
     def readyz() -> Response:
-        """Ready when rules are loaded and the serving certificate is loadable and unexpired."""
+        """Ready when rules are loaded, the serving certificate is loadable and unexpired, and the server is not
+        draining before it stops (see webhook.draining)."""
         current: Rules | None = state.get("rules")
         tls = _tls_status()
-        ready = current is not None and (tls is None or tls["ok"])
-        detail: dict[str, Any] = {"status": "ready" if ready else "not ready",
+        drain = is_draining()
+        ready = current is not None and (tls is None or tls["ok"]) and not drain
+        detail: dict[str, Any] = {"status": "ready" if ready else ("draining" if drain else "not ready"),
                                   "rules": current.source if current else None,
                                   "compiled": running_compiled()}
         if rules_watch and rules_watch.last_error:

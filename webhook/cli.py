@@ -166,20 +166,27 @@ def _certs_patch(args: argparse.Namespace) -> int:
 def _manifests(args: argparse.Namespace) -> int:
     from . import observability
     from .manifests import priority_classes, render, webhook_configurations
+    from .match_conditions import pod_condition
 
     if args.what == "dashboard":
         sys.stdout.write(observability.render_dashboard())
-    elif args.what == "prometheusrule":
+        return 0
+    if args.what == "prometheusrule":
         sys.stdout.write(render([observability.prometheus_rule()], args.what))
-    elif args.what == "servicemonitor":
+        return 0
+    if args.what == "servicemonitor":
         sys.stdout.write(render([observability.service_monitor()], args.what))
-    elif args.what == "priorityclasses":
-        rules = _rules(args, "manifests")
-        if rules is None:
-            return 2
+        return 0
+    rules = _rules(args, "manifests")
+    if rules is None:
+        return 2
+    if args.what == "priorityclasses":
         sys.stdout.write(render(priority_classes(rules), "priorityclasses"))
-    else:
-        sys.stdout.write(render(webhook_configurations(), "webhooks"))
+        return 0
+    if pod_condition(rules) is None:
+        print(f"ai-admission manifests: {rules.source} uses a regular expression CEL cannot express; the webhooks "
+              f"get no matchConditions and the API server sends them every pod", file=sys.stderr)
+    sys.stdout.write(render(webhook_configurations(rules), "webhooks"))
     return 0
 
 
@@ -237,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "manifests/components/prometheus)")
     manifests.add_argument("what", choices=("priorityclasses", "webhooks", "dashboard", "prometheusrule",
                                             "servicemonitor"))
-    manifests.add_argument("--rules", help="rules file for priorityclasses")
+    manifests.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml): the classes' "
+                                           f"PriorityClasses, and which pods the webhooks are sent")
     manifests.set_defaults(func=_manifests)
 
     certs = commands.add_parser("certs", help="certificate tooling")

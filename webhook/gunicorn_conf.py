@@ -2,7 +2,8 @@
 
 Environment: ``PORT`` (8443), ``AI_ADMISSION_BIND`` (host:port, default 127.0.0.1:$PORT; 0.0.0.0:8443 in a
 cluster), ``AI_ADMISSION_TLS_DIR`` (tls.crt/tls.key, default certs/dev), ``AI_ADMISSION_RULES`` (rules file),
-``WEB_CONCURRENCY`` (workers, default 2) and ``AI_ADMISSION_THREADS`` (threads per worker, default 4).
+``WEB_CONCURRENCY`` (workers, default 2), ``AI_ADMISSION_THREADS`` (threads per worker, default 4) and
+``AI_ADMISSION_DRAIN_SECONDS`` (how long SIGTERM keeps serving with /readyz failing, default 5).
 
 Why these: the API server keeps a few long-lived keep-alive connections per webhook, so gthread workers with a
 keep-alive longer than its idle timeout (90 s) reuse TLS sessions instead of handshaking per pod; TLS 1.2 is
@@ -19,11 +20,19 @@ import shutil
 import sys
 import tempfile
 
+from pathlib import Path
+
+from webhook import draining, listeners
+from webhook.last_good_rules import LAST_GOOD_ENV, keep_as_last_good
 from webhook.rules import RulesError, load_rules
 from webhook.tls import ReloadingContext, server_context
 
 # Before anything imports prometheus_client: its multiprocess mode is chosen at import (see webhook.metrics).
 _metrics_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="ai-admission-metrics-"))
+# The workers' /readyz fails while this file exists (see webhook.draining); they inherit the variable. Always a
+# fresh one: a flag inherited from another server's environment must not be shared.
+_drain_flag = Path(tempfile.mkdtemp(prefix="ai-admission-drain-"), "draining")
+os.environ[draining.FLAG_ENV] = str(_drain_flag)
 
 _port = os.environ.get("PORT", "8443")
 _tls_dir = os.environ.get("AI_ADMISSION_TLS_DIR", "certs/dev")
@@ -32,15 +41,14 @@ wsgi_app = "webhook.app:create_app()"
 bind = [os.environ.get("AI_ADMISSION_BIND", f"127.0.0.1:{_port}")]
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"
-# Each worker binds its own SO_REUSEPORT socket (gunicorn >= 23 does so when this is set), so the kernel spreads
-# new connections over the workers. With one shared socket, whichever worker wins accept() takes connection
-# after connection, and the few long-lived keep-alive connections of the API server can all land on one
-# worker, leaving the other cores idle.
-reuse_port = True
+# One SO_REUSEPORT socket per worker, so the kernel spreads new connections over the workers; bound and kept by
+# the master (see webhook.listeners and on_starting/pre_fork below), not by gunicorn's own reuse_port, which has
+# every worker bind its own and lose the connections queued on it when it stops.
+reuse_port = False
 threads = int(os.environ.get("AI_ADMISSION_THREADS", "4"))
 keepalive = 120
 timeout = 30
-graceful_timeout = 10
+graceful_timeout = draining.GRACEFUL_SECONDS
 certfile = os.path.join(_tls_dir, "tls.crt")
 keyfile = os.path.join(_tls_dir, "tls.key")
 limit_request_line = 4094
@@ -97,13 +105,20 @@ def child_exit(server, worker) -> None:  # noqa: ANN001
     multiprocess.mark_process_dead(worker.pid)
 
 
+def pre_fork(server, worker) -> None:  # noqa: ANN001
+    """The worker serves one slot's listening socket (see webhook.listeners)."""
+    listeners.assign(server, worker)
+
+
 def on_starting(server) -> None:  # noqa: ANN001
     """Check the rules before any worker forks: a bad file stops start-up with one line, not a crash loop.
 
-    Also empties the metrics directory: values of a previous run must not be counted again.
+    Also empties the metrics directory (values of a previous run must not be counted again), binds one listening
+    socket per worker (gunicorn creates none when LISTENERS is already set), and makes SIGTERM drain first.
     """
     shutil.rmtree(_metrics_dir, ignore_errors=True)
     os.makedirs(_metrics_dir, exist_ok=True)
+    _drain_flag.unlink(missing_ok=True)
     try:
         rules = load_rules()
     except RulesError as exc:
@@ -114,3 +129,7 @@ def on_starting(server) -> None:  # noqa: ANN001
             logging.getLogger("gunicorn.error").error("ai-admission: cannot start: TLS file %s not found", path)
             sys.exit(2)
     server.log.info("ai-admission: rules %s loaded", rules.source)
+    os.environ[LAST_GOOD_ENV] = os.path.join(tempfile.mkdtemp(prefix="ai-admission-rules-"), "last-good.yaml")
+    keep_as_last_good(rules)  # what a worker starts with should the file be broken by then (webhook.reload)
+    server.LISTENERS = listeners.bind_slots(server.cfg, server.log, server.cfg.workers)
+    draining.drain_on_term(server, _drain_flag, draining.drain_seconds())

@@ -2,7 +2,8 @@
 
 ``ai-admission manifests priorityclasses`` writes the PriorityClasses the rules set on pods;
 ``ai-admission manifests webhooks`` writes the webhook configurations, whose resource rules come from the
-template extractors and whose paths are the app's. Tests fail when the committed files differ.
+template extractors, whose paths are the app's, and whose ``matchConditions`` (which pods are sent at all) come
+from the rules (`webhook.match_conditions`). Tests fail when the committed files differ.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from .dra import GROUP as DRA_GROUP
+from .match_conditions import match_conditions
 from .rules import Rules
 from .kinds import KINDS
 
@@ -80,23 +82,39 @@ def _common() -> dict[str, Any]:
             "matchPolicy": "Equivalent"}
 
 
-def webhook_configurations() -> list[dict[str, Any]]:
-    """failurePolicy Ignore on both: a webhook outage must not stop every pod in the cluster (README)."""
+def _only_when(conditions: list[dict[str, str]]) -> dict[str, Any]:
+    return {"matchConditions": conditions} if conditions else {}
+
+
+MUTATING_WEBHOOK = "mutate.ai-admission.io"
+# (mode, path, name) of the validating entries: deny (no mode label), warn and audit namespaces
+VALIDATING_WEBHOOKS = ((None, "/validate", "validate.ai-admission.io"),
+                       ("warn", "/validate/warn", "validate-warn.ai-admission.io"),
+                       ("audit", "/validate/audit", "validate-audit.ai-admission.io"))
+WEBHOOK_NAMES = (MUTATING_WEBHOOK, *(name for _, _, name in VALIDATING_WEBHOOKS))
+
+
+def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
+    """failurePolicy Ignore on both: a webhook outage must not stop every pod in the cluster (README).
+
+    Both send only the pods ``rules`` may concern (`webhook.match_conditions`): a pod of class none gets neither
+    a patch nor a finding, so it need not cost a call to either webhook.
+    """
     mutating = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": NAME},
-        "webhooks": [{"name": "mutate.ai-admission.io", "clientConfig": _client_config("/mutate"),
+        "webhooks": [{"name": MUTATING_WEBHOOK, "clientConfig": _client_config("/mutate"),
                       "rules": [POD_RULE], "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
                       "namespaceSelector": {"matchExpressions": [_excluded()]},
-                      **_common()}],
+                      **_only_when(match_conditions(rules, pods_only=True)), **_common()}],
     }
+    validating_conditions = match_conditions(rules, pods_only=False)
     entries = []
-    for mode, path, name in ((None, "/validate", "validate.ai-admission.io"),
-                             ("warn", "/validate/warn", "validate-warn.ai-admission.io"),
-                             ("audit", "/validate/audit", "validate-audit.ai-admission.io")):
+    for mode, path, name in VALIDATING_WEBHOOKS:
         entries.append({"name": name, "clientConfig": _client_config(path),
                         "rules": [POD_RULE, *_template_rules(), CLAIM_RULE], "failurePolicy": "Ignore",
-                        "namespaceSelector": _namespace_selector(mode), **_common()})
+                        "namespaceSelector": _namespace_selector(mode), **_only_when(validating_conditions),
+                        **_common()})
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
                   "metadata": {"name": NAME}, "webhooks": entries}
     return [mutating, validating]
@@ -109,13 +127,13 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-def _string(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    """Several lines (a PromQL expression) as a literal block, readable as it was written."""
-    style = "|" if "\n" in data else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+def _multi_line_as_block(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    """A string of several lines (a CEL condition, one clause a line; a PromQL expression) as a literal block, as
+    a person writes it."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
 
 
-_PlainDumper.add_representer(str, _string)
+_PlainDumper.add_representer(str, _multi_line_as_block)
 
 
 def render(objects: list[dict[str, Any]], command: str) -> str:

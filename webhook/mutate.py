@@ -42,17 +42,18 @@ class _Context:
     no step reads what an earlier one added (``edit.get`` reads the working copy where that matters).
     """
 
-    __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes", "plan", "settings",
-                 "spec", "labels", "multi_node")
+    __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes",
+                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node")
 
     def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, policy: ClassPolicy, warnings: list[str],
-                 missing_priority_classes: frozenset[str] = frozenset()) -> None:
+                 missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str]) -> None:
         self.edit = edit
         self.profile = profile
         self.rules = rules
         self.policy = policy
         self.warnings = warnings
         self.missing_priority_classes = missing_priority_classes
+        self.differing_priority_classes = differing_priority_classes
         self.plan: ClassMutation = policy.mutate
         self.settings: MutationSettings = rules.mutation
         self.spec: dict[str, Any] = podview.spec(edit.doc)
@@ -181,11 +182,16 @@ def add_nccl_env(ctx: _Context) -> None:
 
 
 def set_priority(ctx: _Context) -> None:
-    """The class's PriorityClass when the pod names none.
+    """The class's PriorityClass when the pod names none, with the values the class resolves to.
 
-    The Priority admission plugin has already resolved ``spec.priority`` (and ``preemptionPolicy``) from the old
-    class; it runs again after webhooks and rejects a pod whose integer priority disagrees with the new class, so
-    both fields are removed in the same patch.
+    The Priority admission plugin has already resolved ``spec.priority`` and ``preemptionPolicy`` from no class
+    (0, PreemptLowerPriority) before the webhooks run; it runs again after a webhook changed the pod and refuses
+    a pod whose values disagree with its class. So both are set to the class's values in the same patch: the
+    plugin then resolves the same values, the pod does not change after this webhook, and ``reinvocationPolicy:
+    IfNeeded`` does not call /mutate again (removing them instead costs a third call per pod: the plugin sets
+    them back, which is a change). The values come from the rules, which the cluster's classes are generated from;
+    where the background check saw a class with other values (see `webhook.cluster`), the fields are removed and
+    the API server fills them in.
     """
     priority = ctx.policy.priority_class
     if priority is None or ctx.spec.get("priorityClassName"):
@@ -195,8 +201,18 @@ def set_priority(ctx: _Context) -> None:
                             f"(the API server would refuse the pod); create it with kubectl apply -k manifests/")
         return
     ctx.edit.set(("spec", "priorityClassName"), priority.name)
-    ctx.edit.remove(("spec", "priority"))
-    ctx.edit.remove(("spec", "preemptionPolicy"))
+    differs = ctx.differing_priority_classes.get(priority.name)
+    if differs is not None:
+        ctx.warnings.append(f'PriorityClass "{priority.name}" differs from ai-admission\'s rules ({differs}), so '
+                            f"spec.priority and spec.preemptionPolicy were left to the API server; make them agree "
+                            f"(recreate the class with kubectl apply -k manifests/, or fix the rules)")
+        ctx.edit.remove(("spec", "priority"))
+        ctx.edit.remove(("spec", "preemptionPolicy"))
+        return
+    if ctx.spec.get("priority") != priority.value:
+        ctx.edit.set(("spec", "priority"), priority.value)
+    if ctx.spec.get("preemptionPolicy") != priority.preemption_policy:
+        ctx.edit.set(("spec", "preemptionPolicy"), priority.preemption_policy)
 
 
 def _covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
@@ -371,17 +387,24 @@ STEPS: tuple[Callable[[_Context], None], ...] = (
 )
 
 
+_NOTHING_DIFFERS: Mapping[str, str] = {}
+
+
 def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
-               missing_priority_classes: frozenset[str] = frozenset()) -> Mutation:
+               missing_priority_classes: frozenset[str] = frozenset(),
+               differing_priority_classes: Mapping[str, str] | None = None) -> Mutation:
     """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user.
 
-    ``missing_priority_classes``: classes known not to exist in the cluster (see `webhook.cluster`).
+    ``missing_priority_classes``: classes known not to exist in the cluster; ``differing_priority_classes``:
+    classes whose value or preemptionPolicy in the cluster are not the rules' (name -> what differs); both from
+    `webhook.cluster`.
     """
     policy = rules.classes.get(profile.workload)
     if policy is None:  # class "none": not ai-admission's business
         return Mutation(pod=dict(pod), patch=[])
     ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
-                   missing_priority_classes=missing_priority_classes)
+                   missing_priority_classes=missing_priority_classes,
+                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS)
     for step in STEPS:
         step(ctx)
     return Mutation(pod=ctx.edit.doc, patch=ctx.edit.ops, warnings=ctx.warnings)

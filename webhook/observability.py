@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .manifests import NAME, TIMEOUT_SECONDS, webhook_configurations
-
-# Our webhook entries as the API server names them in its metrics (label ``name``).
-WEBHOOK_NAMES = [hook["name"] for configuration in webhook_configurations() for hook in configuration["webhooks"]]
+from .manifests import NAME, TIMEOUT_SECONDS, WEBHOOK_NAMES  # our entries as the API server's metrics name them
 _DOMAIN = ".ai-admission.io"
 assert all(name.endswith(_DOMAIN) for name in WEBHOOK_NAMES)
 # A PromQL regex matching exactly those names, written for a PromQL string (a regex backslash is doubled there).

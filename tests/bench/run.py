@@ -104,7 +104,7 @@ class Server:
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         env = {**os.environ, "PORT": str(self.port), "AI_ADMISSION_TLS_DIR": str(tls),
-               "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false"}
+               "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "AI_ADMISSION_DRAIN_SECONDS": "0"}
         if rules:
             env["AI_ADMISSION_RULES"] = str(rules)
         command = [GUNICORN, "-c", "python:webhook.gunicorn_conf", *([app] if app else [])]

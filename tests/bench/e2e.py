@@ -1,0 +1,243 @@
+"""`make bench-e2e`: what a webhook costs pod creation as the API server sees it (README, BENCHMARKS.md).
+
+A real etcd + kube-apiserver (tests/control_plane.py) and the webhook servers run on this machine; each server is
+registered as the same two webhooks (the generated configurations, matchConditions included) for namespaces of
+its own, and one namespace has no webhook. Pods are created with ``dryRun=All`` (the whole admission chain,
+nothing stored) by client threads with keep-alive connections: 16 for throughput, 1 for latency. Two loads:
+
+- burst: identical pods, as a Job with ``parallelism: 500`` or a ReplicaSet scale-up creates them (generateName,
+  owner reference, GPU request, profile annotations);
+- mix: the fixture pods in turn (GPU and plain, allowed and denied).
+
+Servers are up together and runs alternate (no webhook, minimal Flask app, [Go], ai-admission, ...), as `make
+bench` does, so the machine's drift falls on all alike; figures are medians over the runs. Calls per pod come
+from ai-admission's own metrics. The Go net/http server (tests/bench/allowed.go, the floor) runs when `go` is
+installed (Debian's golang-go; `make bench-e2e` installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from certs import ensure_dev_certs
+from tests.bench.run import Server, build, machine
+from tests.conftest import ROOT, free_port
+from tests.control_plane import ControlPlane, find_binaries, namespace_name
+from tests.e2e_install import ROUTE_LABEL, routed_configurations
+from tests.e2e_load import PodLoad
+from tests.fixtures import POD_CASES
+from tests.test_operations import metric
+from webhook.manifests import priority_classes
+from webhook.rules import load_rules
+
+BURST_POD: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Pod",
+    "metadata": {"generateName": "train-sweep-", "labels": {"job-name": "train-sweep", "batch.kubernetes.io/job-name": "train-sweep"},
+                 "annotations": {"ai-admission.io/gpu-memory": "20Gi"},
+                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train-sweep", "controller": True,
+                                      "blockOwnerDeletion": True, "uid": "6f1d2c3b-0000-4000-8000-000000000001"}]},
+    "spec": {"restartPolicy": "Never", "nodeSelector": {"gpu-type": "a100-80g"},
+             "containers": [{"name": "train", "image": "registry.example.com/sweep:1",
+                             "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "32Gi", "cpu": "4"},
+                                           "requests": {"nvidia.com/gpu": "1", "memory": "32Gi", "cpu": "4"}}}]},
+}
+
+
+@dataclass
+class Subject:
+    name: str
+    namespace: str
+    metrics_url: str | None = None  # ai-admission's /metrics, for calls per pod
+    ca: str = ""
+
+
+@dataclass
+class Run:
+    pods_per_second: float
+    p50_ms: float
+    p99_ms: float
+    calls_per_pod: float | None
+    failed: int
+
+
+def mix_pods() -> list[dict[str, Any]]:
+    from tests.test_e2e_apiserver import for_apiserver
+
+    return [for_apiserver(case.pod, "placeholder") for case in POD_CASES]
+
+
+def _calls(subject: Subject) -> float:
+    assert subject.metrics_url
+    text = requests.get(subject.metrics_url, verify=subject.ca, timeout=10).text
+    return metric(text, "ai_admission_requests_total", kind="Pod", operation="CREATE")
+
+
+def measure(plane: ControlPlane, subject: Subject, pods: list[dict[str, Any]], *, connections: int,
+            seconds: float) -> Run:
+    plan = []
+    for pod in pods:
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["namespace"] = subject.namespace
+        plan.append((pod, "any"))
+    before = _calls(subject) if subject.metrics_url else 0.0
+    load = PodLoad(plane, subject.namespace, plan, threads=connections).start()
+    time.sleep(seconds)
+    outcomes = load.stop()
+    calls = None
+    if subject.metrics_url:
+        time.sleep(0.4)  # counts reach the shared files in batches (0.2 s)
+        calls = (_calls(subject) - before) / max(len(outcomes), 1)
+    latencies = sorted(o.seconds * 1000 for o in outcomes)
+    return Run(pods_per_second=len(outcomes) / seconds, p50_ms=statistics.median(latencies),
+               p99_ms=latencies[int(len(latencies) * 0.99) - 1], calls_per_pod=calls,
+               failed=sum(1 for o in outcomes if not o.as_expected))
+
+
+def register(plane: ControlPlane, *, name: str, url: str, ca_pem: bytes, rules: Any) -> str:
+    """Register ``url`` as the two webhooks for a namespace of its own; the namespace."""
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
+        routed_configurations(url=url, ca_pem=ca_pem, rules=rules, route=name)))
+    return plane.create_namespace(namespace_name(f"bench-{name}"), {ROUTE_LABEL: name})
+
+
+def go_floor(work: Path, tls: Path) -> tuple[subprocess.Popen[bytes], str] | None:
+    go = shutil.which("go")
+    if go is None:
+        return None
+    binary = work / "allowed"
+    env = {"GOCACHE": str(work / "gocache"), "GOPATH": str(work / "gopath"), "HOME": str(work), "PATH": "/usr/bin:/bin"}
+    subprocess.run([go, "build", "-o", str(binary), str(ROOT / "tests" / "bench" / "allowed.go")], check=True,
+                   env=env, capture_output=True, timeout=300)
+    port = free_port()
+    process = subprocess.Popen([str(binary), f"127.0.0.1:{port}", str(tls / "tls.crt"), str(tls / "tls.key")])
+    url = f"https://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.ConnectionError):
+            requests.get(url + "/healthz", verify=str(tls / "ca.crt"), timeout=1)
+            return process, url
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("the Go floor server did not start")
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Any:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--without-cache", action="store_true",
+                        help="also run ai-admission with its decision cache off (AI_ADMISSION_DECISION_CACHE=0)")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="ai-admission-bench-e2e-"))
+    tls = ensure_dev_certs(work / "tls")
+    rules = load_rules(ROOT / "rules" / "default.yaml")
+    ca_pem = (tls / "ca.crt").read_bytes()
+    results: dict[tuple[str, str, int], list[Run]] = {}
+    with contextlib.ExitStack() as stack:
+        plane = stack.enter_context(ControlPlane(find_binaries(), work / "control-plane"))
+        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(priority_classes(rules)))
+        minimal = Server(tls, app="tests.bench.minimal_app:app")
+        stack.callback(minimal.stop)
+        ours = Server(tls)
+        stack.callback(ours.stop)
+        subjects = [Subject("no webhook", plane.create_namespace(namespace_name("bench-none"), {ROUTE_LABEL: "none"})),
+                    Subject("minimal Flask app", register(plane, name="minimal", url=minimal.url, ca_pem=ca_pem,
+                                                          rules=rules))]
+        floor = go_floor(work, tls)
+        if floor is not None:
+            stack.callback(floor[0].kill)
+            subjects.append(Subject("Go net/http \"allowed\"", register(plane, name="go", url=floor[1], ca_pem=ca_pem,
+                                                                        rules=rules)))
+        subjects.append(Subject("ai-admission", register(plane, name="ours", url=ours.url, ca_pem=ca_pem, rules=rules),
+                                metrics_url=ours.url + "/metrics", ca=str(tls / "ca.crt")))
+        if args.without_cache:  # the same server with the decision cache off, measured in the same turns
+            with _environment(AI_ADMISSION_DECISION_CACHE="0"):
+                uncached = Server(tls)
+            stack.callback(uncached.stop)
+            subjects.append(Subject("ai-admission, no decision cache", register(
+                plane, name="uncached", url=uncached.url, ca_pem=ca_pem, rules=rules),
+                metrics_url=uncached.url + "/metrics", ca=str(tls / "ca.crt")))
+        time.sleep(3)  # the configurations reach the API server's informers
+        loads = {"burst of identical pods": [BURST_POD], "mix of fixture pods": mix_pods()}
+        for subject in subjects:  # warm-up: connections, TLS sessions, imports
+            measure(plane, subject, [BURST_POD], connections=16, seconds=1)
+        for load_name, pods in loads.items():
+            for connections in (16, 1):
+                for _ in range(args.runs):
+                    for subject in subjects:
+                        run = measure(plane, subject, pods, connections=connections, seconds=args.seconds)
+                        results.setdefault((subject.name, load_name, connections), []).append(run)
+    print(report(results, subjects=[s.name for s in subjects], loads=list(loads), args=args))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _median(runs: list[Run], field: str) -> float:
+    return statistics.median(getattr(r, field) for r in runs)
+
+
+def report(results: dict[tuple[str, str, int], list[Run]], *, subjects: list[str], loads: list[str],
+           args: argparse.Namespace) -> str:
+    lines = [f"Machine: {machine()}; {build()}. kube-apiserver v1.36 and etcd on the same machine, pods created with "
+             f"dryRun=All by Python client threads (keep-alive); {args.runs} runs x {args.seconds:g} s per "
+             f"configuration, in turns; medians over the runs.", "",
+             "| load | webhook | pods/s at 16 connections | vs no webhook | p50 ms at 1 connection | added p50 ms | "
+             "p99 ms at 1 connection | calls per pod | failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    summary = []
+    for load in loads:
+        base16 = _median(results[("no webhook", load, 16)], "pods_per_second")
+        base1 = _median(results[("no webhook", load, 1)], "p50_ms")
+        added: dict[str, float] = {}
+        rates: dict[str, float] = {}
+        for name in subjects:
+            fast, single = results[(name, load, 16)], results[(name, load, 1)]
+            rate, p50 = _median(fast, "pods_per_second"), _median(single, "p50_ms")
+            added[name], rates[name] = p50 - base1, rate
+            calls = [r.calls_per_pod for r in fast + single if r.calls_per_pod is not None]
+            lines.append(f"| {load} | {name} | {rate:,.0f} | {rate / base16:.0%} | {p50:.2f} | "
+                         f"{p50 - base1:+.2f} | {_median(single, 'p99_ms'):.2f} | "
+                         f"{statistics.median(calls):.2f} | {sum(r.failed for r in fast + single)} |"
+                         if calls else
+                         f"| {load} | {name} | {rate:,.0f} | {rate / base16:.0%} | {p50:.2f} | "
+                         f"{p50 - base1:+.2f} | {_median(single, 'p99_ms'):.2f} | - | "
+                         f"{sum(r.failed for r in fast + single)} |")
+        minimal = "minimal Flask app"
+        summary.append(f"- {load}: ai-admission's added median latency {added['ai-admission']:.2f} ms = "
+                       f"**{added['ai-admission'] / added[minimal]:.2f}x** the minimal app's "
+                       f"({added[minimal]:.2f} ms; target <= 1.2x); throughput **{rates['ai-admission'] / rates[minimal]:.2f}x** "
+                       f"the minimal app's (target >= 0.9x)")
+    return "\n".join([*lines, "", *summary])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
