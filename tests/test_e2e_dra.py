@@ -226,6 +226,21 @@ def test_a_dra_pod_gets_the_profile_of_an_nvidia_gpu_pod(control_plane: ControlP
                        "reason": "label training.kubeflow.org/job-name=llama"}  # WORLD_SIZE with 1 process a pod
 
 
+def test_a_dra_pod_with_nothing_else_to_go_by_reaches_the_webhook(control_plane: ControlPlane, dra_server: Server,
+                                                                   namespace: str, rules: Rules) -> None:
+    """No label, annotation or GPU resource: only spec.resourceClaims says it takes GPUs, so the webhooks'
+    matchConditions must send it (default class batch, and so the batch PriorityClass)."""
+    create_seen(control_plane, dra_server, namespace, claim_template("a100x1", f"{A100} && {MEM_40}", count=1))
+    done = create(control_plane, namespace, dra_pod("plain", "a100x1", labels={}))
+    assert done.returncode == 0, done.stderr
+    pod = get_pod(control_plane, namespace, "plain")
+    batch = rules.classes["batch"].priority_class
+    assert batch is not None and (pod["spec"]["priorityClassName"], pod["spec"]["priority"]) == (batch.name, batch.value)
+    profile = json.loads(pod["metadata"]["annotations"]["ai-admission.io/profile"])
+    assert (profile["class"], profile["gpus"], profile["model"]) == ("batch", {"gpu.nvidia.com (claim gpu0)": 1},
+                                                                     "a100-80g")
+
+
 def test_dra_pods_are_denied_for_what_their_claims_add_up_to(control_plane: ControlPlane, dra_server: Server,
                                                             namespace: str) -> None:
     create_seen(control_plane, dra_server, namespace, claim_template("a100x8", A100, MEM_40, count=8))

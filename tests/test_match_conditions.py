@@ -131,3 +131,40 @@ def test_rules_cel_cannot_express_send_every_pod() -> None:
     assert pod_condition(rules) is None
     for configuration in webhook_configurations(rules):
         assert all("matchConditions" not in hook for hook in configuration["webhooks"])
+
+
+# A GPU template of NVIDIA's DRA driver, pinned and sized (dra docs/gpu-allocation.md, with selectors added).
+_A100_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                  "metadata": {"name": "a100", "namespace": "ml"},
+                  "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                      "deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression":
+                          'device.attributes["gpu.nvidia.com"].productName == "NVIDIA A100-SXM4-80GB" && '
+                          'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0'}}]}}]}}}}
+
+
+def _plain(**spec: Any) -> dict[str, Any]:
+    """A pod with no label, annotation or owner: only ``spec`` can tie it to GPUs."""
+    container = {"name": "main", "image": "vllm/vllm-openai:v0.11.0", **spec.pop("container", {})}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "job-", "namespace": "ml"},
+            "spec": {"containers": [container], **spec}}
+
+
+def test_pods_that_take_gpus_through_dra_are_sent() -> None:
+    """A pod's claims are looked up by the webhook's watch, which CEL cannot do: any resourceClaims sends it."""
+    from webhook.dra import TEMPLATE, ClaimIndex
+
+    index = ClaimIndex()
+    index.put(TEMPLATE, _A100_TEMPLATE)
+    claimed = _plain(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "a100"}],
+                     container={"resources": {"claims": [{"name": "gpu"}]}})
+    mutated = mutate_verdict(copy.deepcopy(claimed), rules=RULES, mode="deny", claims=index.source("ml"))
+    assert any(op["path"] == "/spec/priorityClassName" for op in mutated.patch)  # the webhook acts on it
+    extended = _plain(container={"resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}}})
+    for pods_only in (True, False):
+        (condition,) = match_conditions(RULES, pods_only=pods_only)
+        assert condition_holds(condition["expression"], claimed)
+        assert condition_holds(condition["expression"], extended)
+        assert not condition_holds(condition["expression"], _plain(resourceClaims=[]))
+    without_dra = copy.deepcopy(RULES.raw)
+    del without_dra["dra"]  # no GPU device classes: claims are none of ai-admission's business
+    assert not condition_holds(pod_condition(compile_rules(without_dra)) or "", claimed)
