@@ -21,7 +21,7 @@ from webhook.kinds import KINDS
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
 OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",
-            "manifests/overlays/policy-reports"]
+            "manifests/overlays/policy-reports", "manifests/overlays/backstop"]
 # Custom resources of operators the cluster may run; kubernetes_validate knows only the built-in kinds.
 FOREIGN_GROUPS = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}
 
@@ -58,11 +58,14 @@ def test_every_rendered_object_is_valid(path: str) -> None:
             pytest.fail(f"{path}: {obj['kind']}/{obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
 
 
-@pytest.mark.parametrize("command", ["priorityclasses", "webhooks"])
-def test_generated_manifests_are_current(command: str) -> None:
+@pytest.mark.parametrize("command,path", [("priorityclasses", "base/priorityclasses.yaml"),
+                                          ("webhooks", "base/webhooks.yaml"),
+                                          ("policy", "components/backstop/policy.yaml"),
+                                          ("tolerations", "components/backstop-tolerations/tolerations.yaml")])
+def test_generated_manifests_are_current(command: str, path: str) -> None:
     done = subprocess.run([CLI, "manifests", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    committed = (ROOT / "manifests" / "base" / f"{command}.yaml").read_text()
-    assert done.stdout == committed, f"run: ai-admission manifests {command} > manifests/base/{command}.yaml"
+    committed = (ROOT / "manifests" / path).read_text()
+    assert done.stdout == committed, f"run: ai-admission manifests {command} > manifests/{path}"
 
 
 def test_priority_classes_match_the_rules(base: list[dict[str, Any]], rules: Rules) -> None:
@@ -198,6 +201,15 @@ def test_prometheus_overlay_adds_monitoring_to_the_base(base: list[dict[str, Any
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"]["serverName"] == "ai-admission.ai-admission.svc"
+
+
+def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/backstop")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    name = "ai-admission-gpu-model-and-memory"
+    assert added == {("ValidatingAdmissionPolicy", name), ("ValidatingAdmissionPolicyBinding", f"{name}-deny"),
+                     ("ValidatingAdmissionPolicyBinding", f"{name}-warn-label"),
+                     ("ValidatingAdmissionPolicyBinding", f"{name}-audit-label")}
 
 
 def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]]) -> None:

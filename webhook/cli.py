@@ -183,6 +183,16 @@ def _manifests(args: argparse.Namespace) -> int:
     if args.what == "priorityclasses":
         sys.stdout.write(render(priority_classes(rules), "priorityclasses"))
         return 0
+    if args.what == "policy":
+        from . import backstop
+
+        sys.stdout.write(render(backstop.manifests(rules), "policy"))
+        return 0
+    if args.what == "tolerations":
+        from . import backstop
+
+        sys.stdout.write(render(backstop.toleration_policy(rules), "tolerations"))
+        return 0
     if pod_condition(rules) is None:
         print(f"ai-admission manifests: {rules.source} uses a regular expression CEL cannot express; the webhooks "
               f"get no matchConditions and the API server sends them every pod", file=sys.stderr)
@@ -240,12 +250,13 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     auditor.set_defaults(func=_audit)
 
-    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base and "
-                                                      "manifests/components/prometheus)")
-    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "dashboard", "prometheusrule",
-                                            "servicemonitor"))
+    manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base, "
+                                                      "manifests/components/prometheus and .../backstop)")
+    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "policy", "tolerations", "dashboard",
+                                            "prometheusrule", "servicemonitor"))
     manifests.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml): the classes' "
-                                           f"PriorityClasses, and which pods the webhooks are sent")
+                                           f"PriorityClasses, which pods the webhooks are sent, and the backstop "
+                                           f"policy (the ValidatingAdmissionPolicy and its bindings)")
     manifests.set_defaults(func=_manifests)
 
     certs = commands.add_parser("certs", help="certificate tooling")

@@ -10,6 +10,7 @@ templates, a Kubeflow TrainJob) has one small builder here.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Mapping
 
 from . import podview
@@ -307,11 +308,13 @@ def _volcano_job(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None)
                     env[key.replace("{task}", task_name)] = replicas if key.endswith("_NUM") else value
             else:
                 env[key] = value
-    site = Site("spec.tasks[]", Owner("{apiVersion}", "Job"),
-                labels={"volcano.sh/job-name": "{name}", "volcano.sh/task-spec": "{item_name}"},
-                env=env, pods=lambda e: (_int(e.value.get("replicas"), 1),
-                                         f"task {e.value.get('name', e.index)} {_int(e.value.get('replicas'), 1)}"))
-    return from_sites(Kind("batch.volcano.sh", "Job", "jobs", (site,)), obj, rules)
+    return from_sites(Kind("batch.volcano.sh", "Job", "jobs", (replace(_VOLCANO_TASKS, env=env),)), obj, rules)
+
+
+_VOLCANO_TASKS = Site("spec.tasks[]", Owner("{apiVersion}", "Job"),
+                      labels={"volcano.sh/job-name": "{name}", "volcano.sh/task-spec": "{item_name}"},
+                      pods=lambda e: (_int(e.value.get("replicas"), 1),
+                                      f"task {e.value.get('name', e.index)} {_int(e.value.get('replicas'), 1)}"))
 
 
 # -- KubeRay (ray-project/kuberay ray-operator/controllers/ray/common/pod.go: labels ray.io/cluster, node-type,
@@ -544,8 +547,10 @@ def _experiment(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) 
     return found
 
 
-def _expanded(group: str, kind: str, resource: str, expand: Any, scope: str = "Namespaced") -> Kind:
-    return Kind(group, kind, resource, scope=scope, expand=expand)
+def _expanded(group: str, kind: str, resource: str, expand: Any, sites: tuple[Site, ...] = ()) -> Kind:
+    """A kind whose templates ``expand`` finds; ``sites``, where it has fixed ones, say where they are (read by
+    `webhook.backstop`, which cannot run code)."""
+    return Kind(group, kind, resource, sites, expand=expand)
 
 
 _TABLE: tuple[Kind, ...] = (
@@ -572,10 +577,10 @@ _TABLE: tuple[Kind, ...] = (
     Kind("serving.kserve.io", "InferenceService", "inferenceservices", _isvc_sites()),
     Kind("serving.kserve.io", "LLMInferenceService", "llminferenceservices",
          (*_llm_sites("spec", "both"), *_llm_sites("spec.prefill", "prefill"))),
-    _expanded("batch.volcano.sh", "Job", "jobs", _volcano_job),
+    _expanded("batch.volcano.sh", "Job", "jobs", _volcano_job, (_VOLCANO_TASKS,)),
     Kind("ray.io", "RayCluster", "rayclusters", _ray_sites("spec", False, False)),
     Kind("ray.io", "RayService", "rayservices", _ray_sites("spec.rayClusterConfig", True, False)),
-    _expanded("ray.io", "RayJob", "rayjobs", _ray_job),
+    _expanded("ray.io", "RayJob", "rayjobs", _ray_job, _ray_sites("spec.rayClusterSpec", False, False)),
     Kind("nvidia.com", "DynamoGraphDeployment", "dynamographdeployments", _dynamo_sites()),
     Kind("production-stack.vllm.ai", "VLLMRuntime", "vllmruntimes",
          (Site("spec", Owner(APPS, "ReplicaSet", "{name}"), form=BUILT, build=_vllm_runtime),)),

@@ -255,6 +255,8 @@ def annotated_models(facts: PodFacts, rules: Rules) -> ModelChoice | None:
         if not text:
             continue
         wanted = [part for part in text.split(",") if part.strip()]
+        if not wanted:  # "," names nothing: as if the annotation were not there
+            continue
         models: list[GpuModel] = []
         unknown: list[str] = []
         for part in wanted:

@@ -23,7 +23,7 @@ def _vendor(profile: Profile) -> str | None:
     return profile.vendors[0] if len(profile.vendors) == 1 else None
 
 
-def _model_fix(rules: Rules, vendor: str | None) -> str:
+def model_fix(rules: Rules, vendor: str | None) -> str:
     model = models_of(rules, vendor)[0]
     key = rules.model_keys[0]
     known = _cluster_models(rules) or f'known {vendor + " " if vendor else ""}models: {known_models(rules, vendor)}'
@@ -66,7 +66,7 @@ def example_memory(model: GpuModel | None) -> str:
     return next((f"{g}Gi" for g in _EXAMPLE_GIB if g * 2**30 <= model.memory * Decimal("0.6")), "1Gi")
 
 
-def _memory_fix(rules: Rules, model: GpuModel | None) -> str:
+def memory_fix(rules: Rules, model: GpuModel | None) -> str:
     precision = "bf16" if "bf16" in rules.precisions else next(iter(rules.precisions))
     example = model or models_of(rules, None)[0]
     return (f'add annotation "{names.GPU_MEMORY}: {example_memory(example)}" (per GPU), or '
@@ -97,7 +97,7 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
     model_needed = not (profile.is_mig and not rules.mig_needs_model)
     if choice is None:
         if model_needed:  # DRA: GPUs taken through claims are named in the claim
-            fix = profile.claimed.model_fix(rules) if profile.claimed is not None else _model_fix(rules, vendor)
+            fix = profile.claimed.model_fix(rules) if profile.claimed is not None else model_fix(rules, vendor)
             found.append(deny("gpu-model-missing",
                               f"{profile.gpu_text()} says how many GPUs but not which model: {fix}"))
         return found
@@ -115,7 +115,7 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
         found.append(deny("gpu-vendor-mismatch",
                           f"{asked} asks for {'/'.join(profile.vendors)} GPUs but {choice.source} names "
                           f"{', '.join(f'{m.name} ({m.vendor})' for m in wrong)}; name one of the {'/'.join(profile.vendors)} "
-                          f"models instead: {_model_fix(rules, vendor)}"))
+                          f"models instead: {model_fix(rules, vendor)}"))
     absent = _model_not_in_cluster(profile, rules)
     if absent is not None:
         found.append(absent)
@@ -191,7 +191,7 @@ def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[F
     """(denials, warnings) about the GPUs: model, memory, count."""
     found = _model_findings(profile, rules)
     if not profile.memory_stated:
-        fix = profile.claimed.memory_fix() if profile.claimed is not None else _memory_fix(rules, profile.model)
+        fix = profile.claimed.memory_fix() if profile.claimed is not None else memory_fix(rules, profile.model)
         found.append(deny("gpu-memory-missing",
                           f"{profile.gpu_text()} does not say how much GPU memory it needs: {fix}"))
     model = profile.model

@@ -1,0 +1,54 @@
+"""CustomResourceDefinitions of the AI kinds, for the test API server.
+
+Each is named as its project publishes it (group, kind, plural and scope from `webhook.kinds`, which cites the
+project's API types), served at the versions the test manifests use. The schema keeps every field
+(``x-kubernetes-preserve-unknown-fields``): what the tests observe is admission, not each project's own
+validation, and a pruning schema would drop the very fields ai-admission reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from webhook.kinds import KINDS, group_of
+
+BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
+
+
+def served_versions(documents: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(group, kind) -> the versions the documents are written in."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for obj in documents:
+        api_version = str(obj.get("apiVersion", ""))
+        key = (group_of(api_version), str(obj.get("kind", "")))
+        if key in KINDS and key[0] not in BUILT_IN_GROUPS:
+            found.setdefault(key, set()).add(api_version.rpartition("/")[2])
+    return found
+
+
+def _approval(group: str) -> dict[str, str]:
+    """Groups under k8s.io and kubernetes.io are protected: their CRDs carry an approval (the Spark operator's
+    cites its API review; this one says it is a test's)."""
+    protected = any(group == d or group.endswith("." + d) for d in ("k8s.io", "kubernetes.io"))
+    return {"api-approved.kubernetes.io": "unapproved, a test's copy"} if protected else {}
+
+
+def crds(documents: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One CRD per AI kind of ``documents`` (several kinds of one group share nothing but the group)."""
+    result = []
+    for (group, kind), versions in sorted(served_versions(documents).items()):
+        entry = KINDS[(group, kind)]
+        ordered = sorted(versions)
+        result.append({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{entry.resource}.{group}", "annotations": _approval(group)},
+            "spec": {
+                "group": group, "scope": entry.scope,
+                "names": {"kind": kind, "plural": entry.resource, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [{"name": version, "served": True, "storage": version == ordered[-1],
+                              "schema": {"openAPIV3Schema": {"type": "object",
+                                                             "x-kubernetes-preserve-unknown-fields": True}}}
+                             for version in ordered],
+            },
+        })
+    return result
