@@ -52,6 +52,17 @@ PROFILED_POD: dict[str, Any] = {
 }
 
 
+def legacy_deployment(plane: ControlPlane, namespace: str) -> None:
+    """Create, in ``namespace`` (not yet served), a Deployment whose GPU template says neither model nor memory:
+    one made before ai-admission, whose updates must not be blocked unless they change that template."""
+    legacy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "legacy"},
+              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "legacy"}},
+                       "template": {"metadata": {"labels": {"app": "legacy"}},
+                                    "spec": copy.deepcopy(BARE_POD["spec"])}}}
+    made = plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(legacy))
+    assert made.returncode == 0, made.stderr
+
+
 def registration_name(route: str | None) -> str:
     return NAME if route is None else f"{NAME}-{route}"
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import RULES_FILE
-from webhook.admission import Verdict, judge_pod, mutate_verdict
+from webhook.admission import Verdict, fitted, judge_pod, mutate_verdict
 from webhook.rules import Rules, compile_rules
 
 GI = 2**30
@@ -302,3 +302,131 @@ def test_the_course_example_gets_its_nccl_env_on_its_infiniband_pool() -> None:
 
     case = next(c for c in POD_CASES if c.name == "course-example-minimal")
     assert nccl_env(copy.deepcopy(case.pod), rules_with(INFINIBAND)) == NCCL
+
+
+# -- a model sharded over the pods of its job ----------------------------------------------------------------------
+# Training: params x 2 bytes (fp16) x 4 (memory factor) = 8 bytes a parameter, so an a100-80g (80Gi as its devices
+# report it) holds exactly 10,737,418,240 parameters' worth. PET_NNODES (torchrun's) gives the job's pods.
+
+def sharded(params: str, pods: int, *, model: str = "a100-80g", gpus: int = 1) -> dict[str, Any]:
+    return gpu_pod(gpus=gpus, model=model, env={"PET_NNODES": str(pods)} if pods > 1 else None,
+                   annotations={"ai-admission.io/model-params": params, "ai-admission.io/model-precision": "fp16"})
+
+
+def findings(verdict: Verdict) -> list[tuple[str, str, str]]:
+    return [(f.severity, f.code, f.message) for f in verdict.findings]
+
+
+WEIGHTS = "(fp16) x 4 (training memory factor)"
+
+
+def test_a_model_of_exactly_the_pods_cards_needs_no_sharding(rules: Rules) -> None:
+    assert findings(judge(sharded("10.73741824B", 2), rules)) == []
+
+
+def test_a_byte_more_than_the_pods_cards_fits_only_sharded_over_the_job(rules: Rules) -> None:
+    assert findings(judge(sharded("10.737418241B", 2), rules)) == [(
+        "warn", "gpu-memory-sharded",
+        f"needs 80Gi of GPU memory (10.7B params x 2 bytes {WEIGHTS}), more than the pod's 1 x a100-80g hold (80Gi); "
+        f"it fits only sharded over all 2 GPUs of the job (2 pods from env PET_NNODES=2), 40Gi per GPU")]
+
+
+def test_exactly_every_card_of_the_job_fits_sharded(rules: Rules) -> None:
+    verdict = judge(sharded("21.47483648B", 2), rules)
+    assert verdict.allowed and [code for _, code, _ in findings(verdict)] == ["gpu-memory-sharded"]
+
+
+def test_a_byte_more_than_every_card_of_the_job_is_denied_even_sharded(rules: Rules) -> None:
+    assert findings(judge(sharded("21.474836481B", 2), rules)) == [(
+        "deny", "gpu-memory-exceeds",
+        f"needs 160Gi of GPU memory (21.5B params x 2 bytes {WEIGHTS}); even sharded over all 2 GPUs of the job "
+        f"(2 pods from env PET_NNODES=2, 1 GPU each) that is 80Gi per GPU, more than a a100-80g card holds (80Gi); 3 "
+        f"of them would hold it: use a model with more memory per card (h100-nvl-94g, gh200-96g, rtx-pro-6000-96g, "
+        f"h200-141g, b200-180g, gb200-186g)")]
+
+
+def test_one_pod_is_no_job_to_shard_over(rules: Rules) -> None:
+    assert findings(judge(sharded("10.737418241B", 1), rules)) == [(
+        "deny", "gpu-memory-exceeds",
+        f"needs 80Gi of GPU memory (10.7B params x 2 bytes {WEIGHTS}) but 1 x a100-80g give 80Gi; ask for at least "
+        f"2 GPUs (one node, one NVLink domain)")]
+
+
+def test_a_job_too_big_for_every_card_asks_for_more_pods(rules: Rules) -> None:
+    (finding,) = findings(judge(sharded("200B", 2), rules))
+    assert finding[2].endswith("745.1Gi per GPU, more than a a100-80g card holds (80Gi); 19 of them would hold "
+                               "it: use more pods or more GPUs per pod")
+
+
+def test_the_node_an_instance_type_names_sets_how_many_gpus_a_pod_may_take(rules: Rules) -> None:
+    """p3.8xlarge: 4 V100s a node (the model alone would say 8)."""
+    pod = sharded("8.589934593B", 1, gpus=4)
+    pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p3.8xlarge"}
+    assert findings(judge(pod, rules)) == [(
+        "deny", "gpu-memory-exceeds",
+        f"needs 64Gi of GPU memory (8.6B params x 2 bytes {WEIGHTS}) but 4 x v100-16g give 64Gi; that is 5 GPUs, more "
+        f"than the 4 one v100-16g node holds; use a model with more memory per card (a10g-24g, a10-24g, l4-24g, "
+        f"a30-24g, v100-32g, a100-40g, a100-40g-pcie, l40s-48g and 11 more)")]
+
+
+def test_a_model_too_big_for_a_node_of_the_largest_cards_is_sharded_over_pods(rules: Rules) -> None:
+    (finding,) = findings(judge(sharded("400B", 1, gpus=8), rules))
+    assert finding[2].endswith("but 8 x a100-80g give 640Gi; that is 38 GPUs, more than the 8 one a100-80g node "
+                               "holds; shard the model over several pods")
+
+
+def test_pcie_cards_are_asked_for_on_one_node(rules: Rules) -> None:
+    (finding,) = findings(judge(sharded("6.1B", 1, model="l40s-48g"), rules))
+    assert finding[2].endswith("but 1 x l40s-48g give 45Gi; ask for at least 2 GPUs (on one node)")
+
+
+def test_a_need_per_gpu_beyond_every_card_asks_to_shard(rules: Rules) -> None:
+    assert findings(judge(gpu_pod(memory="300Gi"), rules)) == [(
+        "deny", "gpu-memory-exceeds", "needs 300Gi of GPU memory per GPU (annotation ai-admission.io/gpu-memory=300Gi "
+                                      "per GPU) but a a100-80g card holds 80Gi; shard the model further")]
+
+
+def test_several_unknown_models_are_named_together(rules: Rules) -> None:
+    pod = gpu_pod(memory="40Gi")
+    pod["spec"]["nodeSelector"] = {}
+    terms = [{"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["z100", "z200"]}]}]
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}
+    assert findings(judge(pod, rules)) == [(
+        "deny", "gpu-model-unknown", 'GPU models "z100", "z200" (required node affinity gpu-type In [z100, z200]) are '
+                                     "not in the catalog; known nvidia models: a100-80g, h100-80g, h200-141g, "
+                                     "b200-180g, l40s-48g, l4-24g, a10g-24g, t4-16g and 13 more")]
+
+
+def test_an_accelerator_of_no_known_vendor_is_no_vendor_mismatch(rules: Rules) -> None:
+    """A DRA device class's extended resource names no vendor: any model may be pinned beside it."""
+    pod = gpu_pod(memory="40Gi")
+    for amounts in pod["spec"]["containers"][0]["resources"].values():
+        amounts["deviceclass.resource.kubernetes.io/gpu.nvidia.com"] = amounts.pop("nvidia.com/gpu")
+    assert judge(pod, rules).allowed and findings(judge(pod, rules)) == []
+
+
+# -- warn mode's warnings fit the API server's 256 characters -------------------------------------------------------
+
+def test_a_warning_of_exactly_the_limit_is_kept_whole() -> None:
+    assert fitted("w" * 256) == "w" * 256
+    assert fitted("w" * 257) == "w" * 255 + "\u2026"  # nothing to leave out: cut, as the API server would
+
+
+def test_a_long_warning_drops_its_asides_then_its_last_clause() -> None:
+    head = "h" * 200
+    assert fitted(f"{head} (known models: {'m' * 60})") == head
+    assert fitted(f"{head}; {'t' * 60} (an aside)") == head
+    assert fitted(f"{head} (short)") == f"{head} (short)"
+
+
+def test_warn_mode_says_what_to_add_within_the_limit(rules: Rules) -> None:
+    pod = gpu_pod(model="")
+    pod["spec"].pop("nodeSelector")
+    verdict = judge_pod(pod, rules=rules, mode="warn", subject="pod")
+    assert verdict.allowed and list(verdict.warnings) == [
+        'ai-admission (warn mode) would deny: 1 nvidia.com/gpu says how many GPUs but not which model: add '
+        'nodeSelector "gpu-type: a100-80g" or annotation "ai-admission.io/gpu-model: a100-80g"',
+        'ai-admission (warn mode) would deny: 1 nvidia.com/gpu does not say how much GPU memory it needs: add '
+        'annotation "ai-admission.io/gpu-memory: 40Gi" (per GPU), or "ai-admission.io/model-params: 7B" with '
+        '"ai-admission.io/model-precision: bf16"']

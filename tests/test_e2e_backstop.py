@@ -24,7 +24,8 @@ import yaml
 from tests.conftest import ROOT, start_server, stop_server
 from tests.control_plane import ControlPlane, namespace_name
 from tests.crds import crds
-from tests.e2e_install import BARE_POD, PROFILED_POD, ROUTE_LABEL, install, route_labels, uninstall
+from tests.e2e_install import (BARE_POD, PROFILED_POD, ROUTE_LABEL, install, legacy_deployment, route_labels,
+                               uninstall)
 from tests.fixtures import POD_CASES
 from tests.test_e2e_apiserver import create, for_apiserver, named, warnings
 from webhook import backstop
@@ -359,12 +360,7 @@ def test_an_update_that_leaves_the_templates_alone_is_not_judged(control_plane: 
                                                                   policy_installed: str) -> None:
     """A Deployment made before the policy keeps scaling; changing its GPU template is judged."""
     namespace = control_plane.create_namespace(namespace_name("backstop-legacy"), {ROUTE_LABEL: "no-webhook"})
-    legacy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "legacy"},
-              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "legacy"}},
-                       "template": {"metadata": {"labels": {"app": "legacy"}},
-                                    "spec": copy.deepcopy(BARE_POD["spec"])}}}
-    made = control_plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(legacy))
-    assert made.returncode == 0, made.stderr
+    legacy_deployment(control_plane, namespace)
     labelled = control_plane.kubectl("label", "namespace", namespace, f"{BOUND}=true")
     assert labelled.returncode == 0, labelled.stderr
     wait_until_enforced(control_plane, namespace)

@@ -6,6 +6,7 @@ and the offline checker calls `judge_pod` on the same path, so both give the sam
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -17,7 +18,7 @@ from .policy import evaluate
 from .kinds import templates_of
 from .parallelism import World
 from .profile import Profile, build_profile
-from .review import AdmissionRequest, build_response
+from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
 from .templates import Resolver, generic_templates
 
@@ -55,6 +56,24 @@ def _header(subject: str, profile: Profile) -> str:
     return f"{subject} ({c.workload}: {c.reason}) was denied by ai-admission:"
 
 
+_LAST_ASIDE = re.compile(r"\s*\([^()]*\)$")
+
+
+def fitted(warning: str) -> str:
+    """``warning`` short enough that the API server passes it on whole (it cuts one longer than
+    `MAX_WARNING_CHARS` with an ellipsis): the asides at its end (a list of known models) go first, then what
+    follows its last "; ", and only then is it cut."""
+    while len(warning) > MAX_WARNING_CHARS:
+        shorter = _LAST_ASIDE.sub("", warning)
+        if shorter == warning:
+            head, sep, _ = warning.rpartition("; ")
+            shorter = head if sep else warning
+        if shorter == warning:
+            return warning[: MAX_WARNING_CHARS - 1] + "\u2026"
+        warning = shorter
+    return warning
+
+
 def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, ...], denial: str | None,
                 warnings: list[str]) -> Verdict:
     """Turn findings into a verdict: in deny mode a denial rejects; warn and audit always admit."""
@@ -65,7 +84,7 @@ def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, 
         return Verdict(allowed=False, mode=mode, profile=profile, findings=findings, message=denial,
                        warnings=tuple(warnings))
     if mode == "warn":
-        would = [f"ai-admission (warn mode) would deny: {f.message}" for f in denials]
+        would = [fitted(f"ai-admission (warn mode) would deny: {f.message}") for f in denials]
         return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(would + warnings))
     audit = {"violations": ",".join(f.code for f in denials), "violation-messages": denial}
     return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings),

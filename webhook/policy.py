@@ -164,8 +164,9 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
             denials.append(deny("gpu-memory-exceeds",
                                 f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}); even sharded "
                                 f"over all {profile.job_gpus} GPUs of the job ({world.pods} pods from "
-                                f"{world.source}, {pod_cards} GPUs each) that is {format_bytes(per_gpu)} per GPU, more "
-                                f"than a {name} holds ({card}); {needed} of them would hold it: {advice}"))
+                                f"{world.source}, {pod_cards} GPU{'' if pod_cards == 1 else 's'} each) that is "
+                                f"{format_bytes(per_gpu)} per GPU, more than a {name} holds ({card}); {needed} of them "
+                                f"would hold it: {advice}"))
             return denials, notes
         domain = "one node, one NVLink domain" if model.interconnect == "nvlink" else "on one node"
         advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({domain})"
