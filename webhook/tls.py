@@ -16,7 +16,7 @@ import os
 import ssl
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 CHECK_SECONDS = 2.0
 IO_TIMEOUT_ENV = "AI_ADMISSION_IO_TIMEOUT"
@@ -32,15 +32,40 @@ class BoundedSSLSocket(ssl.SSLSocket):
     them stopped every worker here. With this class every blocking handshake, read and write gives up after
     ``io_timeout``, the connection is closed and the thread is free again. Non-blocking use (the poller's,
     for idle keep-alive connections) is unchanged.
+
+    A stall is an ordinary event, not an error: the API server's HTTP client dials connections it then keeps
+    idle (a new one completes its handshake and waits for a request that goes down another connection), and
+    gunicorn logs any other timeout with a traceback. So a read that times out under the bound reads as the
+    end of the stream (the parser closes the connection quietly: an idle client reconnects, a half-sent
+    request is never answered) and a handshake that times out as a TLS EOF. A timeout the caller set itself
+    (gunicorn's bounded drain of an unread body) still raises, because the caller handles it.
     """
 
     io_timeout: float = 10.0
+    _stall_is_eof = True
 
     def settimeout(self, value: float | None) -> None:
+        bounded = value is None or value == self.io_timeout
         super().settimeout(self.io_timeout if value is None else value)
+        self._stall_is_eof = bounded
 
     def setblocking(self, flag: bool) -> None:
         self.settimeout(None if flag else 0.0)
+
+    def read(self, len: int = 1024, buffer: Any = None) -> Any:  # noqa: A002 - ssl.SSLSocket's signature
+        try:
+            return super().read(len, buffer)
+        except TimeoutError:
+            if not self._stall_is_eof:
+                raise
+            log.debug('{"msg":"connection closed: no bytes for %s s"}', self.io_timeout)
+            return b"" if buffer is None else 0
+
+    def do_handshake(self, block: bool = False) -> None:
+        try:
+            super().do_handshake(block)
+        except TimeoutError:
+            raise ssl.SSLEOFError(ssl.SSL_ERROR_EOF, f"TLS handshake not completed within {self.io_timeout} s") from None
 
 
 def _identity(*paths: str) -> tuple[tuple[int, int, int], ...]:
