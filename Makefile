@@ -78,7 +78,7 @@ bench-e2e: e2e-deps $(COMPILED)
 	$(BIN)/python -m tests.bench.e2e $(BENCH_ARGS)
 
 # Mutation testing of the policy core with mutmut (see README, Testing); not part of `make test` or CI: it runs
-# the fast in-process tests against each of about 1,600 mutants (settings under [mutmut] in setup.cfg). It
+# the fast in-process tests against each of about 2,000 mutants (settings under [mutmut] in setup.cfg). It
 # works on an interpreted copy in .mutation/, where no compiled module can shadow a mutated source.
 MUTATION := .mutation
 mutation: $(STAMP)

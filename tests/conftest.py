@@ -113,7 +113,7 @@ class Server:
         return {int(pid) for pid in children}
 
 
-# Every server started in this session and not yet checked after being stopped (see `_no_internal_errors`).
+# Every server started in this test session and not yet checked after being stopped (see `_no_internal_errors`).
 SERVERS: list[Server] = []
 
 
@@ -192,6 +192,18 @@ def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
     if problems and request.node.get_closest_marker("internal_errors") is None:
         pytest.fail("internal error in the webhook (a bug; its traceback is in the server log):\n"
                     + "\n".join(problems), pytrace=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that talks to the real server or goes through the API server says so by its fixtures: it carries the
+    ``server`` or ``e2e`` marker without a line of its own, so ``-m "not server and not e2e"`` selects the fast
+    in-process tests (mutation testing runs those)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "server" in names:
+            item.add_marker(pytest.mark.server)
+        if "control_plane" in names:
+            item.add_marker(pytest.mark.e2e)
 
 
 @functools.cache

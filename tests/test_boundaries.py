@@ -13,6 +13,7 @@ import copy
 from decimal import Decimal
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 
@@ -430,3 +431,37 @@ def test_warn_mode_says_what_to_add_within_the_limit(rules: Rules) -> None:
         'ai-admission (warn mode) would deny: 1 nvidia.com/gpu does not say how much GPU memory it needs: add '
         'annotation "ai-admission.io/gpu-memory: 40Gi" (per GPU), or "ai-admission.io/model-params: 7B" with '
         '"ai-admission.io/model-precision: bf16"']
+
+
+# -- tolerations the pod already has -------------------------------------------------------------------------------
+# /mutate adds {key: nvidia.com/gpu, Exists, NoSchedule} and the class's pool taint {ai-admission.io/pool Equal
+# training, NoSchedule} unless a toleration of the pod already tolerates every taint the added one would.
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+POOL_TOLERATION = {"key": "ai-admission.io/pool", "operator": "Equal", "value": "training", "effect": "NoSchedule"}
+
+
+def added_tolerations(rules: Rules, *present: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = gpu_pod(memory="40Gi")
+    pod["spec"]["tolerations"] = list(present)
+    result = jsonpatch.apply_patch(copy.deepcopy(pod), list(mutate_verdict(pod, rules=rules, mode="deny").patch))
+    return result["spec"]["tolerations"][len(present):]
+
+
+@pytest.mark.parametrize("present,added", [
+    ({"operator": "Exists"}, []),  # tolerates every taint
+    ({"key": "nvidia.com/gpu", "operator": "Exists"}, [POOL_TOLERATION]),  # any effect of that key
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, [POOL_TOLERATION]),
+    ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, [GPU_TOLERATION, POOL_TOLERATION]),
+    ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+     [GPU_TOLERATION, POOL_TOLERATION]),  # one value only: not the taint of any value
+    ({"key": "ai-admission.io/pool", "value": "training", "effect": "NoSchedule"}, [GPU_TOLERATION]),  # Equal: default
+    ({"key": "ai-admission.io/pool", "operator": "Equal", "value": "inference", "effect": "NoSchedule"},
+     [GPU_TOLERATION, POOL_TOLERATION]),
+    ({"key": "ai-admission.io/pool", "operator": "Exists", "effect": ""}, [GPU_TOLERATION]),
+    ({"key": "other", "operator": "Exists"}, [GPU_TOLERATION, POOL_TOLERATION]),
+], ids=["everything", "gpu-any-effect", "gpu-noschedule", "gpu-noexecute", "gpu-one-value", "pool-equal-default",
+        "pool-other-value", "pool-exists", "other-key"])
+def test_a_toleration_already_there_is_not_added_again(rules: Rules, present: dict[str, Any],
+                                                       added: list[dict[str, Any]]) -> None:
+    assert added_tolerations(rules, present) == added

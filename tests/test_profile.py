@@ -182,3 +182,91 @@ def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -
     assert [m["mountPath"] for m in trainer["volumeMounts"]] == ["/dev/shm"]
     assert {e["name"] for e in trainer["env"]} == {"NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}
     assert "volumeMounts" not in logger and "env" not in logger
+
+
+# -- how a container's accelerator amounts are read: the usual way, and every malformed way --------------------------
+
+def amounts_and_problems(rules: Rules, *containers: dict[str, Any]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    profile = build_profile(pod(*containers), rules)
+    return profile.gpus, [(f.code, f.message) for f in profile.problems]
+
+
+@pytest.mark.parametrize("requests, limits, count", [
+    (None, "2", 2), ("2", None, 2), ("2", "2", 2), (None, 2, 2), (2, 2, 2), ("2", 2, 2), (None, "2.0", 2),
+    (None, "0", 0), ("0", None, 0), (None, "1e1", 10), ("4", "4.0", 4),
+], ids=["limit", "request", "both", "int", "ints", "str-and-int", "decimal", "zero", "zero-request", "exponent",
+        "equal-quantities"])
+def test_amounts_written_every_valid_way(rules: Rules, requests: Any, limits: Any, count: int) -> None:
+    resources = {kind: {"nvidia.com/gpu": value} for kind, value in (("requests", requests), ("limits", limits))
+                 if value is not None}
+    gpus, problems = amounts_and_problems(rules, {"name": "main", "resources": resources})
+    assert gpus == ({"nvidia.com/gpu": count} if count else {})
+    assert problems == []
+
+
+@pytest.mark.parametrize("resources, expected", [
+    ({"limits": {"nvidia.com/gpu": "lots"}},
+     ("invalid-quantity", 'container "main": resources for nvidia.com/gpu: \'lots\' is not a quantity')),
+    ({"limits": {"nvidia.com/gpu": "0.5"}},
+     ("invalid-quantity", 'container "main": nvidia.com/gpu must be a whole number of devices, not 0.5')),
+    ({"limits": {"nvidia.com/gpu": "-1"}},
+     ("invalid-quantity", 'container "main": nvidia.com/gpu must be a whole number of devices, not -1')),
+    ({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+     ("gpu-request-limit-mismatch", 'container "main": nvidia.com/gpu request (1) and limit (2) differ; '
+      "accelerators cannot be overcommitted, so set both to the same whole number")),
+], ids=["not-a-quantity", "fraction", "negative", "mismatch"])
+def test_malformed_amounts_are_named_with_their_container(rules: Rules, resources: dict[str, Any],
+                                                          expected: tuple[str, str]) -> None:
+    _, problems = amounts_and_problems(rules, {"name": "main", "resources": resources})
+    code, start = expected
+    assert [p[0] for p in problems] == [code]
+    assert problems[0][1].startswith(start), problems[0][1]
+
+
+def test_a_mismatch_counts_the_limit(rules: Rules) -> None:
+    gpus, _ = amounts_and_problems(rules, {"name": "main", "resources": {"requests": {"nvidia.com/gpu": "1"},
+                                                                        "limits": {"nvidia.com/gpu": "2"}}})
+    assert gpus == {"nvidia.com/gpu": 2}
+
+
+def test_only_accelerators_are_counted(rules: Rules) -> None:
+    gpus, problems = amounts_and_problems(rules, {"name": "main", "resources": {
+        "limits": {"cpu": "lots", "memory": "1Gi", "nvidia.com/gpu": "1", "example.com/foo": "0.5"}}})
+    assert gpus == {"nvidia.com/gpu": 1}
+    assert problems == []
+
+
+def test_an_init_container_is_named_as_one(rules: Rules) -> None:
+    profile = build_profile(pod(gpu("app", "1"), init=[gpu("warmup", "0.5")]), rules)
+    assert [f.message for f in profile.problems] == [
+        'init container "warmup": nvidia.com/gpu must be a whole number of devices, not 0.5']
+
+
+# -- sidecars (restartable init containers) in the effective request ------------------------------------------------
+
+@pytest.mark.parametrize("warmup, expected", [(4, {"nvidia.com/gpu": 5}), (1, {"nvidia.com/gpu": 3})],
+                         ids=["init-peak-wins", "app-and-sidecars-win"])
+def test_sidecars_add_to_the_app_and_to_the_init_containers_after_them(rules: Rules, warmup: int,
+                                                                        expected: dict[str, int]) -> None:
+    """KEP-753: a sidecar runs from its start on, so it adds to every plain init container after it and to the
+    app containers; the pod asks for the larger of the two sums."""
+    init = [gpu("proxy", "1", restart="Always"), gpu("warmup", str(warmup)), gpu("monitor", "1", restart="Always")]
+    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == expected
+
+
+def test_an_init_container_before_any_sidecar_counts_alone(rules: Rules) -> None:
+    init = [gpu("warmup", "2"), gpu("proxy", "1", restart="Always")]
+    assert build_profile(pod(gpu("app", "0"), init=init), rules).gpus == {"nvidia.com/gpu": 2}
+    init = [gpu("warmup", "2"), gpu("proxy", "2", restart="Always")]
+    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 3}
+
+
+def test_sidecars_of_different_accelerators_stay_apart(rules: Rules) -> None:
+    init = [gpu("proxy", "1", restart="Always", resource="amd.com/gpu"), gpu("warmup", "2")]
+    profile = build_profile(pod(gpu("app", "1"), init=init), rules)
+    assert profile.gpus == {"nvidia.com/gpu": 2, "amd.com/gpu": 1}
+
+
+def test_the_largest_plain_init_container_sets_the_peak(rules: Rules) -> None:
+    init = [gpu("download", "3"), gpu("convert", "1")]
+    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 3}
