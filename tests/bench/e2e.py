@@ -11,7 +11,8 @@ nothing stored) by client threads with keep-alive connections: 16 for throughput
 
 A second baseline, the minimal app answering with ai-admission's own patches (tests/bench/patching_app.py), makes
 the API server do what ai-admission's answers make it do: it separates the cost of mutating at all (paid in the
-API server) from ai-admission's own.
+API server) from ai-admission's own. ``--one-label`` adds the same app answering with a one-operation patch (a
+label): what any change to a pod costs, whatever the webhook.
 
 Servers are up together and runs alternate (no webhook, minimal Flask app, [Go], ai-admission, ...), as `make
 bench` does, so the machine's drift falls on all alike; figures are medians over the runs. Calls per pod come
@@ -63,6 +64,7 @@ BURST_POD: dict[str, Any] = {
 
 
 PATCHING = "minimal app + ai-admission's patches"  # tests/bench/patching_app.py
+ONE_LABEL = "minimal app + a one-label patch"  # the same, AI_ADMISSION_BENCH_PATCH=one-label
 
 
 @dataclass
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--without-cache", action="store_true",
                         help="also run ai-admission with its decision cache off (AI_ADMISSION_DECISION_CACHE=0)")
+    parser.add_argument("--one-label", action="store_true",
+                        help="also run the minimal app answering each pod ai-admission mutates with a one-label patch")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ai-admission-bench-e2e-"))
     tls = ensure_dev_certs(work / "tls")
@@ -182,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
                     Subject("minimal Flask app", register(plane, name="minimal", url=minimal.url, ca_pem=ca_pem,
                                                           rules=rules)),
                     Subject(PATCHING, register(plane, name="patching", url=patching.url, ca_pem=ca_pem, rules=rules))]
+        if args.one_label:
+            with _environment(AI_ADMISSION_BENCH_PATCH="one-label"):
+                labelling = Server(tls, app="tests.bench.patching_app:app")
+            stack.callback(labelling.stop)
+            subjects.append(Subject(ONE_LABEL, register(plane, name="label", url=labelling.url, ca_pem=ca_pem,
+                                                        rules=rules)))
         floor = go_floor(work, tls)
         if floor is not None:
             stack.callback(floor[0].kill)

@@ -6,6 +6,9 @@ server then does exactly the work ai-admission's answers make it do (apply the p
 call is needed, validate the bigger pod), while the webhook does almost none: the difference between this
 baseline and the minimal app is the cost of mutating at all, the difference between it and ai-admission is
 ai-admission's own.
+
+With ``AI_ADMISSION_BENCH_PATCH=one-label`` it answers every pod with one small operation instead (a label), which
+separates what any change to the pod costs the API server from what the size of ai-admission's patch adds.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 from typing import Any
 
 from flask import Flask, Response, request
@@ -32,11 +36,20 @@ def _key(pod: dict[str, Any]) -> str:
     return json.dumps([name, meta.get("annotations"), meta.get("labels")], sort_keys=True)
 
 
+def _one_label(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    if pod["metadata"].get("labels"):
+        return [{"op": "add", "path": "/metadata/labels/ai-admission.io~1workload-type", "value": "batch"}]
+    return [{"op": "add", "path": "/metadata/labels", "value": {"ai-admission.io/workload-type": "batch"}}]
+
+
 def _patches() -> dict[str, str]:
     rules = load_rules(default_rules_path())
+    one_label = os.environ.get("AI_ADMISSION_BENCH_PATCH") == "one-label"
     found = {}
     for pod in [BURST_POD, *mix_pods()]:
         patch = list(mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny").patch)
+        if patch and one_label:
+            patch = _one_label(pod)
         if patch:
             found[_key(pod)] = base64.b64encode(json.dumps(patch).encode()).decode()
     return found
