@@ -42,12 +42,9 @@ class BoundedSSLSocket(ssl.SSLSocket):
     """
 
     io_timeout: float = 10.0
-    _stall_is_eof = True
 
     def settimeout(self, value: float | None) -> None:
-        bounded = value is None or value == self.io_timeout
         super().settimeout(self.io_timeout if value is None else value)
-        self._stall_is_eof = bounded
 
     def setblocking(self, flag: bool) -> None:
         self.settimeout(None if flag else 0.0)
@@ -56,7 +53,7 @@ class BoundedSSLSocket(ssl.SSLSocket):
         try:
             return super().read(len, buffer)
         except TimeoutError:
-            if not self._stall_is_eof:
+            if self.gettimeout() != self.io_timeout:  # a timeout of the caller's own
                 raise
             log.debug('{"msg":"connection closed: no bytes for %s s"}', self.io_timeout)
             return b"" if buffer is None else 0
