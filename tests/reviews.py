@@ -6,12 +6,15 @@ import base64
 import copy
 import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonpatch
 import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import latest_version
+
+if TYPE_CHECKING:
+    from webhook.admission import Verdict
 
 K8S_VERSION = latest_version()
 
@@ -57,6 +60,11 @@ def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
 def apply_patch(pod: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
     """Apply the returned JSON Patch as the API server does (to a copy; the original stays as it was)."""
     return jsonpatch.apply_patch(copy.deepcopy(pod), decode_patch(response))
+
+
+def apply_verdict(pod: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+    """Apply the patch of an in-process /mutate verdict (`mutate_verdict`) to a copy of ``pod``."""
+    return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
 
 
 def assert_valid_pod(pod: dict[str, Any]) -> None:

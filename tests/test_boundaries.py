@@ -13,11 +13,11 @@ import copy
 from decimal import Decimal
 from typing import Any
 
-import jsonpatch
 import pytest
 import yaml
 
 from tests.conftest import RULES_FILE
+from tests.reviews import apply_verdict
 from webhook.admission import Verdict, fitted, judge_pod, mutate_verdict
 from webhook.rules import Rules, compile_rules
 
@@ -444,8 +444,7 @@ POOL_TOLERATION = {"key": "ai-admission.io/pool", "operator": "Equal", "value": 
 def added_tolerations(rules: Rules, *present: dict[str, Any]) -> list[dict[str, Any]]:
     pod = gpu_pod(memory="40Gi")
     pod["spec"]["tolerations"] = list(present)
-    result = jsonpatch.apply_patch(copy.deepcopy(pod), list(mutate_verdict(pod, rules=rules, mode="deny").patch))
-    return result["spec"]["tolerations"][len(present):]
+    return apply_verdict(pod, mutate_verdict(pod, rules=rules, mode="deny"))["spec"]["tolerations"][len(present):]
 
 
 @pytest.mark.parametrize("present,added", [

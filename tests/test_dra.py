@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import jsonpatch
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, RULES_FILE, Server
-from tests.reviews import admission_review, assert_valid_pod
+from tests.reviews import admission_review, apply_verdict, assert_valid_pod
 from webhook.admission import decide, judge_claim, judge_object, judge_pod, mutate_verdict
 from webhook.dra import CLAIM, TEMPLATE, ClaimIndex, claim_findings
 from webhook.dra_watch import ClaimWatch
@@ -401,7 +400,7 @@ def test_a_dra_pod_is_mutated_like_a_device_plugin_pod(rules: Rules) -> None:
     pod = gpu_pod(("gpu", "a100x8"))
     pod["spec"]["containers"][1]["env"] = [{"name": "WORLD_SIZE", "value": "16"}]
     mutated = mutate_verdict(pod, rules=rules, mode="deny", claims=CLAIMS.source("ml-team"))
-    result = jsonpatch.apply_patch(copy.deepcopy(pod), list(mutated.patch))
+    result = apply_verdict(pod, mutated)
     spec = result["spec"]
     assert spec["priorityClassName"] == "ai-training"
     assert {"name": "ai-admission-shm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in spec["volumes"]
@@ -416,7 +415,7 @@ def test_a_dra_pod_is_mutated_like_a_device_plugin_pod(rules: Rules) -> None:
     infiniband = copy.deepcopy(DEFAULT)
     infiniband["fabrics"]["byModel"] = {"a100-80g": "infiniband"}  # the claim's model decides the fabric
     with_ib = mutate_verdict(pod, rules=compile_rules(infiniband), mode="deny", claims=CLAIMS.source("ml-team"))
-    env = jsonpatch.apply_patch(copy.deepcopy(pod), list(with_ib.patch))["spec"]["containers"][1]["env"]
+    env = apply_verdict(pod, with_ib)["spec"]["containers"][1]["env"]
     assert {"name": "NCCL_SOCKET_IFNAME", "value": "ib0"} in env and {"name": "NCCL_IB_DISABLE", "value": "0"} in env
 
 

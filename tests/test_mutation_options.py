@@ -9,15 +9,14 @@ the patched pod, or the warning and the absence of the change. In-process and fa
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-import jsonpatch
 import pytest
 
+from tests.reviews import apply_verdict
 from tests.test_boundaries import INFINIBAND, NCCL, SHM, gpu_pod, rules_with, shm_size
 from webhook.admission import Verdict, mutate_verdict
-from webhook.cluster import ClusterFacts
+from webhook.cluster import UNKNOWN, ClusterFacts
 from webhook.rules import Rules
 
 GANG = {"classes": {"training": {"mutate": {"gang": {"schedulerName": "volcano",
@@ -37,10 +36,9 @@ def single_node(**labels: str) -> dict[str, Any]:
     return gpu_pod(gpus=8, memory="40Gi", labels=dict(labels))
 
 
-def mutated(pod: dict[str, Any], rules: Rules, facts: ClusterFacts | None = None) -> tuple[dict[str, Any], Verdict]:
-    verdict = (mutate_verdict(pod, rules=rules, mode="deny", facts=facts) if facts
-               else mutate_verdict(pod, rules=rules, mode="deny"))
-    return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch)), verdict
+def mutated(pod: dict[str, Any], rules: Rules, facts: ClusterFacts = UNKNOWN) -> tuple[dict[str, Any], Verdict]:
+    verdict = mutate_verdict(pod, rules=rules, mode="deny", facts=facts)
+    return apply_verdict(pod, verdict), verdict
 
 
 # -- gang scheduling -----------------------------------------------------------------------------------------------
