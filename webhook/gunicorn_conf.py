@@ -40,7 +40,8 @@ _tls_dir = os.environ.get("AI_ADMISSION_TLS_DIR", "certs/dev")
 wsgi_app = "webhook.app:create_app()"
 bind = [os.environ.get("AI_ADMISSION_BIND", f"127.0.0.1:{_port}")]
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
-worker_class = "gthread"
+# gthread, except that a handshaken connection waits for its first request on the poller (see webhook.worker)
+worker_class = "webhook.worker.ThreadWorker"
 # One SO_REUSEPORT socket per worker, so the kernel spreads new connections over the workers; bound and kept by
 # the master (see webhook.listeners and on_starting/pre_fork below), not by gunicorn's own reuse_port, which has
 # every worker bind its own and lose the connections queued on it when it stops.

@@ -33,12 +33,12 @@ class BoundedSSLSocket(ssl.SSLSocket):
     ``io_timeout``, the connection is closed and the thread is free again. Non-blocking use (the poller's,
     for idle keep-alive connections) is unchanged.
 
-    A stall is an ordinary event, not an error: the API server's HTTP client dials connections it then keeps
-    idle (a new one completes its handshake and waits for a request that goes down another connection), and
-    gunicorn logs any other timeout with a traceback. So a read that times out under the bound reads as the
-    end of the stream (the parser closes the connection quietly: an idle client reconnects, a half-sent
-    request is never answered) and a handshake that times out as a TLS EOF. A timeout the caller set itself
-    (gunicorn's bounded drain of an unread body) still raises, because the caller handles it.
+    A stall is closed quietly, not logged as an error with a traceback (gunicorn 27 logs any other timeout so):
+    a read that times out under the bound reads as the end of the stream (the parser closes the connection; a
+    half-sent request is never answered) and a handshake that times out as a TLS EOF. A timeout the caller set
+    itself (gunicorn's bounded drain of an unread body) still raises, because the caller handles it. The
+    connections a healthy API server keeps idle (handshake done, no request yet) never get here: the worker
+    parks them on its poller (webhook.worker).
     """
 
     io_timeout: float = 10.0
