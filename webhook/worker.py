@@ -24,22 +24,12 @@ range in setup.cfg; tests/test_hardening.py fails if the behaviour is lost.
 from __future__ import annotations
 
 import errno
-import selectors
 import ssl
 from typing import Any
 
 from gunicorn.workers import gthread
 
 QUIET_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN)
-
-
-def has_bytes(sock: Any) -> bool:
-    """Whether a request has started to arrive: decrypted bytes buffered in TLS, or bytes in the kernel's buffer."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True
-    with selectors.DefaultSelector() as selector:
-        selector.register(sock, selectors.EVENT_READ)
-        return bool(selector.select(timeout=0))
 
 
 class ThreadWorker(gthread.ThreadWorker):
@@ -62,6 +52,9 @@ class ThreadWorker(gthread.ThreadWorker):
                 self.log.exception("Socket error during the TLS handshake.")
             conn.sock.close()
             return False
-        if conn.is_http2 or has_bytes(conn.sock):
+        # Has the request started to arrive: decrypted bytes buffered in TLS, or bytes in the kernel's buffer?
+        # (gthread's own check, asked again: its flag meant "the ClientHello arrived".)
+        conn.data_ready = False
+        if conn.is_http2 or conn.sock.pending() or conn.wait_for_data(0):
             return super().handle(conn)
         return True  # handshake done, no request yet: wait on the poller like a kept-alive connection
