@@ -28,4 +28,4 @@ COPY --from=build /opt/ai-admission /opt/ai-admission
 USER 10001:10001
 EXPOSE 8443
 # No HEALTHCHECK: the Deployment's probes (/healthz, /readyz) do that job in a cluster.
-ENTRYPOINT ["gunicorn", "-c", "python:webhook.gunicorn_conf"]
+ENTRYPOINT ["gunicorn", "-c", "python:webhook.server.gunicorn_conf"]

@@ -24,17 +24,21 @@ venv: $(STAMP)
 # records which build this is ("compiled" or "pure"), and the tests check that the server runs exactly that.
 # The touch: an edit that leaves the generated C as it was (a comment) is not relinked, and the modules must
 # not look older than their sources (webhook.compiled refuses stale ones).
-$(COMPILED): $(STAMP) $(wildcard webhook/*.py)
-	@echo "compiling the admission core with mypyc (a minute or two, then only after a change)"
-	@$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 && touch webhook/*.so \
+CORE_SOURCES := $(shell find webhook/core -name '*.py')
+BUILT = find webhook -name '*.so'
+
+$(COMPILED): $(STAMP) $(CORE_SOURCES)
+	@echo "compiling the admission core (webhook/core) with mypyc (a minute or two, then only after a change)"
+	@$(BIN)/python setup.py --quiet build_ext --inplace >$(VENV)/compile.log 2>&1 && $(BUILT) -exec touch {} + \
 	  || { $(MAKE) --no-print-directory pure; echo "warning: compiling failed (see $(VENV)/compile.log); running interpreted"; }
-	@if ls webhook/*.so >/dev/null 2>&1; then echo compiled; else echo pure; fi >$(COMPILED)
+	@if [ -n "$$($(BUILT))" ]; then echo compiled; else echo pure; fi >$(COMPILED)
 
 compile: $(COMPILED)
 
 # Drop the compiled modules from the checkout (`make compile` brings them back).
 pure:
-	rm -f webhook/*.so $(COMPILED)
+	$(BUILT) -delete
+	rm -f $(COMPILED)
 
 serve: $(COMPILED)
 	exec $(BIN)/ai-admission serve

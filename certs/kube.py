@@ -1,7 +1,8 @@
 """Certificates in a cluster: the serving Secret (and its CA's own Secret), and caBundle injection.
 
-Uses the official kubernetes client, in-cluster config first, then the kubeconfig. Nothing here runs on the
-request path: these are one-shot commands (the cert Job and its renewal CronJob).
+Uses the official kubernetes client's typed APIs over the one client (`webhook.cluster.client.client`: in-cluster
+config first, then the kubeconfig), passed in as ``api``. Nothing here runs on the request path: these are
+one-shot commands (the cert Job and its renewal CronJob).
 """
 
 from __future__ import annotations
@@ -14,16 +15,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from . import RENEW_BEFORE_DAYS, SERVING_DAYS, Issued, KeyPair, issue
-
-
-def api_client() -> Any:
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
 
 
 def _pair(data: dict[str, str] | None, cert_key: str, key_key: str) -> KeyPair | None:

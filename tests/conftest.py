@@ -29,8 +29,9 @@ import requests
 from certs import ensure_dev_certs
 from tests.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
 from tests.e2e_install import install
-from webhook.app import INTERNAL_ERROR_WARNING
-from webhook.rules import Rules, load_rules
+from webhook.server.app import INTERNAL_ERROR_WARNING
+from webhook.core.rules import Rules
+from webhook.config.rules_file import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = ROOT / "rules" / "default.yaml"
@@ -126,7 +127,7 @@ def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, st
            "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "AI_ADMISSION_NODE_CATALOG": "false",
            "AI_ADMISSION_DRAIN_SECONDS": "0", **(extra_env or {})}
     gunicorn = Path(sys.executable).with_name("gunicorn")
-    process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
+    process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.server.gunicorn_conf"], cwd=ROOT, env=env,
                                stdout=log.open("wb"), stderr=subprocess.STDOUT)
     server = Server(url=f"https://127.0.0.1:{port}", ca=str(tls / "ca.crt"), process=process, log=log)
     SERVERS.append(server)

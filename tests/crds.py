@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from webhook.kinds import KINDS, group_of
+from webhook.core.kinds import KINDS, group_of
 
 BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
 

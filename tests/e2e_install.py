@@ -28,8 +28,8 @@ from typing import Any
 import yaml
 
 from tests.control_plane import ControlPlane, namespace_name
-from webhook.manifests import NAME, priority_classes, webhook_configurations
-from webhook.rules import Rules
+from webhook.generate.webhooks import NAME, priority_classes, webhook_configurations
+from webhook.core.rules import Rules
 
 ROUTE_LABEL = "e2e.ai-admission.io/route"
 WAIT_SECONDS = 30.0

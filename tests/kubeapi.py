@@ -1,33 +1,48 @@
-"""A small stand-in for the Kubernetes API server, for the commands that talk to one (no cluster runs here).
+"""A small stand-in for the Kubernetes API server, for the code that talks to one (no cluster runs here).
 
 It speaks the real REST paths and JSON the kubernetes client uses, for the few resources ai-admission touches
-(Secrets, PriorityClasses, webhook configurations), stores objects in memory and records every request, so
-tests exercise the real client end to end.
+(Secrets, PriorityClasses, Nodes, DRA claims, PolicyReports, webhook configurations): lists (with a
+resourceVersion), gets, creates, replaces, patches, deletes, and watches (``?watch=true``: the events since the
+given resourceVersion, streamed as JSON lines until ``timeoutSeconds``, as the API server does; ``410 Gone`` for
+a version older than it keeps). Objects live in memory and every request is recorded, so tests exercise the real
+client end to end. A list or watch with a ``labelSelector`` of ``key=value`` pairs is filtered by it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import jsonpatch
 import yaml
 
-_COLLECTION = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/?]+))?")
+_COLLECTION = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>v[^/]+))(?:/namespaces/(?P<ns>[^/]+))?"
+                         r"/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$")
+Key = tuple[str, str, str]  # (plural, namespace, name)
 
 
 class FakeKubeAPI:
-    def __init__(self) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.requests: list[tuple[str, str]] = []
+    def __init__(self, *, keep_events: int = 1000) -> None:
+        self.objects: dict[Key, dict[str, Any]] = {}
+        self.requests: list[tuple[str, str]] = []   # (method, path without the query)
+        self.queries: list[tuple[str, str]] = []    # (method, path with the query)
         self.version = 0
+        self.events: list[tuple[int, str, str, dict[str, Any]]] = []  # (version, plural, type, object)
+        self._keep = keep_events
+        self._changed = threading.Condition()
+        self.fail: dict[str, int] = {}  # plural -> status to answer its next list with (once)
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # a watch is streamed in chunks, as the API server streams it
+
             def log_message(self, *args: Any) -> None:
                 pass
 
@@ -43,46 +58,149 @@ class FakeKubeAPI:
                 length = int(self.headers.get("Content-Length", 0))
                 return json.loads(self.rfile.read(length)) if length else None
 
-            def _handle(self) -> None:
-                api.requests.append((self.command, self.path))
-                match = _COLLECTION.match(self.path)
-                if not match:
-                    return self._send(404, {"kind": "Status", "code": 404, "message": "unknown path"})
-                key = (match["plural"], match["ns"] or "", match["name"] or "")
-                with threading.Lock():
-                    if self.command == "GET" and not match["name"]:
-                        items = [o for (p, ns, _), o in api.objects.items() if p == key[0] and ns == key[1]]
-                        return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
-                    if self.command == "GET":
-                        found = api.objects.get(key)
-                        if found is None:
-                            return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                                    "reason": "NotFound", "code": 404, "message": "not found"})
-                        return self._send(200, found)
-                    if self.command in ("POST", "PUT"):
-                        body = self._body()
-                        name = body["metadata"]["name"]
-                        api.version += 1
-                        body["metadata"]["resourceVersion"] = str(api.version)
-                        api.objects[(key[0], key[1], name)] = body
-                        return self._send(201 if self.command == "POST" else 200, body)
-                    if self.command == "PATCH":
-                        patched = jsonpatch.apply_patch(api.objects[key], self._body())
-                        api.objects[key] = patched
-                        return self._send(200, patched)
-                return self._send(405, {"kind": "Status", "code": 405})
+            def _status(self, code: int, reason: str, message: str) -> None:
+                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+                                  "code": code, "message": message})
 
-            do_GET = do_POST = do_PUT = do_PATCH = _handle
+            def _handle(self) -> None:
+                url = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                api.requests.append((self.command, url.path))
+                api.queries.append((self.command, self.path))
+                match = _COLLECTION.match(url.path)
+                if not match:
+                    return self._status(404, "NotFound", "unknown path")
+                plural, namespace, name = match["plural"], match["ns"] or "", match["name"] or ""
+                if self.command == "GET" and not name:
+                    failing = api.fail.pop(plural, None)
+                    if failing:
+                        return self._status(failing, "InternalError", "failing on purpose")
+                    if query.get("watch") == "true":
+                        return self._watch(plural, namespace, query)
+                    with api._changed:
+                        items = [copy.deepcopy(o) for (p, ns, _), o in sorted(api.objects.items())
+                                 if p == plural and (not namespace or ns == namespace)]
+                        items = [o for o in items if _selected(o, query.get("labelSelector"))]
+                        version = str(api.version)
+                    return self._send(200, {"kind": "List", "apiVersion": "v1",
+                                            "metadata": {"resourceVersion": version}, "items": items})
+                key = (plural, namespace, name)
+                if self.command == "GET":
+                    found = api.objects.get(key)
+                    if found is None:
+                        return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                    return self._send(200, found)
+                if self.command in ("POST", "PUT"):
+                    body = self._body()
+                    stored = api.store(plural, body, namespace, created=self.command == "POST")
+                    return self._send(201 if self.command == "POST" else 200, stored)
+                if self.command == "PATCH":
+                    if key not in api.objects:
+                        return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                    patched = jsonpatch.apply_patch(api.objects[key], self._body())
+                    return self._send(200, api.store(plural, patched, namespace))
+                if self.command == "DELETE":
+                    gone = api.delete(plural, name, namespace)
+                    if gone is None:
+                        return self._status(404, "NotFound", f"{plural} {name!r} not found")
+                    return self._send(200, gone)
+                return self._status(405, "MethodNotAllowed", self.command)
+
+            def _watch(self, plural: str, namespace: str, query: dict[str, str]) -> None:
+                since = int(query.get("resourceVersion") or 0)
+                deadline = time.monotonic() + float(query.get("timeoutSeconds") or 30)
+                with api._changed:
+                    oldest = api.events[0][0] if api.events else api.version + 1
+                    if since and since + 1 < oldest and since < api.version:
+                        gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                                            "message": f"too old resource version: {since}"}}
+                        events = [gone]
+                    else:
+                        events = []
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    self._stream(events, since, deadline, plural, namespace, query)
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
+            def _stream(self, events: list[dict[str, Any]], since: int, deadline: float, plural: str,
+                        namespace: str, query: dict[str, str]) -> None:
+                for event in events:
+                    self._line(event)
+                if events:
+                    return
+                while time.monotonic() < deadline:
+                    with api._changed:
+                        fresh = [(v, t, o) for v, p, t, o in api.events if v > since and p == plural
+                                 and (not namespace or (o.get("metadata") or {}).get("namespace") == namespace)
+                                 and _selected(o, query.get("labelSelector"))]
+                        if not fresh:
+                            api._changed.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+                            continue
+                    for version, kind, obj in fresh:
+                        self._line({"type": kind, "object": obj})
+                        since = version
+
+            def _line(self, event: dict[str, Any]) -> None:
+                data = json.dumps(event).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def add(self, plural: str, obj: dict[str, Any], namespace: str = "") -> None:
-        self.objects[(plural, namespace, obj["metadata"]["name"])] = obj
+    # what the handler does, also for tests to change the cluster under a watch
+
+    def store(self, plural: str, obj: dict[str, Any], namespace: str = "", *, created: bool | None = None
+              ) -> dict[str, Any]:
+        """Create or replace ``obj`` (a new resourceVersion, an ADDED or MODIFIED event)."""
+        with self._changed:
+            obj = copy.deepcopy(obj)
+            meta = obj.setdefault("metadata", {})
+            namespace = namespace or str(meta.get("namespace") or "")
+            if namespace:
+                meta["namespace"] = namespace
+            key = (plural, namespace, str(meta["name"]))
+            kind = "MODIFIED" if key in self.objects and not created else "ADDED"
+            self.version += 1
+            meta["resourceVersion"] = str(self.version)
+            self.objects[key] = obj
+            self._event(plural, kind, obj)
+            return copy.deepcopy(obj)
+
+    def add(self, plural: str, obj: dict[str, Any], namespace: str = "") -> dict[str, Any]:
+        return self.store(plural, obj, namespace)
+
+    def delete(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self._changed:
+            gone = self.objects.pop((plural, namespace, name), None)
+            if gone is not None:
+                self.version += 1
+                gone = {**gone, "metadata": {**gone["metadata"], "resourceVersion": str(self.version)}}
+                self._event(plural, "DELETED", gone)
+            return gone
+
+    def _event(self, plural: str, kind: str, obj: dict[str, Any]) -> None:
+        self.events.append((self.version, plural, kind, copy.deepcopy(obj)))
+        del self.events[:-self._keep]
+        self._changed.notify_all()
+
+    def expire_events(self) -> None:
+        """Forget every event so far: a watch from an older version gets ``410 Gone`` (and must list again)."""
+        with self._changed:
+            self.events.clear()
 
     def kubeconfig(self, path: Path) -> Path:
         path.write_text(yaml.safe_dump({
@@ -93,10 +211,22 @@ class FakeKubeAPI:
         }))
         return path
 
-    def __enter__(self) -> "FakeKubeAPI":
+    def __enter__(self) -> FakeKubeAPI:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _selected(obj: dict[str, Any], selector: str | None) -> bool:
+    """``key=value,key2=value2`` selectors only (all ai-admission uses)."""
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in selector.split(","):
+        key, _, value = term.partition("=")
+        if labels.get(key.strip()) != value.strip():
+            return False
+    return True

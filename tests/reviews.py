@@ -14,7 +14,7 @@ import pytest
 from kubernetes_validate.utils import latest_version
 
 if TYPE_CHECKING:
-    from webhook.admission import Verdict
+    from webhook.core.admission import Verdict
 
 K8S_VERSION = latest_version()
 

@@ -18,7 +18,7 @@ from tests.conftest import RULES_FILE, ROOT, eventually, start_server, stop_serv
 from tests.control_plane import ControlPlane, namespace_name
 from tests.e2e_install import BARE_POD, PROFILED_POD
 from webhook import cli
-from webhook.reports import NAME
+from webhook.cluster.reports import NAME
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("webhook_installed")]
 

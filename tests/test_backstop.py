@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import RULES_FILE
-from webhook import backstop
-from webhook.kinds import KINDS
-from webhook.rules import compile_rules, load_rules
+from webhook.generate import backstop
+from webhook.core.kinds import KINDS
+from webhook.core.rules import compile_rules
+from webhook.config.rules_file import load_rules
 
 RULES = load_rules(RULES_FILE)
 

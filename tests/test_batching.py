@@ -6,8 +6,8 @@ import json
 import os
 import time
 
-from webhook import batching
-from webhook.logs import AdmissionLog
+from webhook.server import batching
+from webhook.server.logs import AdmissionLog
 
 
 def test_a_queue_hands_over_everything_once_in_order() -> None:

@@ -18,8 +18,8 @@ import yaml
 
 from tests.conftest import RULES_FILE
 from tests.reviews import apply_verdict
-from webhook.admission import Verdict, fitted, judge_pod, mutate_verdict
-from webhook.rules import Rules, compile_rules
+from webhook.core.admission import Verdict, fitted, judge_pod, mutate_verdict
+from webhook.core.rules import Rules, compile_rules
 
 GI = 2**30
 MI = 2**20

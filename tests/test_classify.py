@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from webhook.profile import build_profile
-from webhook.rules import Rules
+from webhook.core.profile import build_profile
+from webhook.core.rules import Rules
 
 GPU = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
 

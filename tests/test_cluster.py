@@ -1,20 +1,24 @@
-"""PriorityClasses checked in the background against the API: a missing one is not set on pods, and one whose
-value or preemptionPolicy differs from the rules is set without them (the API server fills them in)."""
+"""PriorityClasses watched in the background: a missing one is not set on pods, and one whose value or
+preemptionPolicy differs from the rules is set without them (the API server fills them in)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from tests.conftest import RULES_FILE, Server, start_server, stop_server
 from tests.kubeapi import FakeKubeAPI
 from tests.reviews import admission_review, apply_patch, decode_patch
-from webhook.cluster import CHECK_ENV, InstalledPriorityClass, PriorityClassWatch, watch_from_environment
-from webhook.manifests import priority_classes
-from webhook.rules import load_rules
+from webhook.cluster.informer import Api
+from webhook.cluster.priority_classes import PriorityClassWatch
+from webhook.config.rules_file import load_rules
+from webhook.config.settings import Settings
+from webhook.generate.webhooks import priority_classes
+
+CHECK_ENV = "AI_ADMISSION_CHECK_PRIORITY_CLASSES"
 
 # as the Priority plugin leaves a pod before the webhooks run: resolved from no class
 GPU_POD = {"metadata": {"name": "p", "annotations": {"ai-admission.io/gpu-memory": "8Gi"}},
@@ -117,23 +121,32 @@ def test_a_class_that_differs_from_the_rules_is_left_to_the_api_server(tmp_path:
 
 
 def test_api_errors_keep_the_last_answer() -> None:
-    training = InstalledPriorityClass(value=100000, preemption_policy="PreemptLowerPriority")
-    answers: list[Any] = [{"ai-training": training, "ai-hpo": InstalledPriorityClass(value=7)},
-                          RuntimeError("connection refused")]
+    training = {"metadata": {"name": "ai-training"}, "value": 100000, "preemptionPolicy": "PreemptLowerPriority"}
+    hpo = {"metadata": {"name": "ai-hpo"}, "value": 7}  # no preemptionPolicy: the API server's default
+    answers: list[Any] = [([training, hpo], "1")]
 
-    def lister() -> dict[str, InstalledPriorityClass]:
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    def lister(path: str) -> tuple[list[dict[str, Any]], str]:
+        assert path == "/apis/scheduling.k8s.io/v1/priorityclasses"
+        if answers:
+            return answers.pop(0)
+        raise RuntimeError("connection refused")
 
-    watch = PriorityClassWatch(lambda: RULES_SPECS, lister=lister)
-    first = watch.poll()
+    def watcher(path: str, version: str, seconds: float) -> Iterator[dict[str, Any]]:
+        return iter(())  # the server ends each watch at once; the resync lists again
+
+    seen: list[Any] = []
+    watch = PriorityClassWatch(lambda: RULES_SPECS, api=lambda: Api(lister, watcher), resync=0.05,
+                               on_change=seen.append)
+    watch.start()
+    try:
+        eventually(lambda: len(seen) >= 2)
+    finally:
+        watch.stop()
+    first, second = seen[0], seen[1]
     assert first.checked and first.missing_priority_classes == {"ai-batch", "ai-inference"} and first.error is None
     assert first.differing_priority_classes == {"ai-hpo": "value 7, preemptionPolicy PreemptLowerPriority in the "
                                                           "cluster; the rules say value 10000, preemptionPolicy "
                                                           "PreemptLowerPriority"}
-    second = watch.poll()
     assert second.missing_priority_classes == {"ai-batch", "ai-inference"}
     assert second.differing_priority_classes == first.differing_priority_classes
     assert second.error == "RuntimeError: connection refused"
@@ -148,25 +161,28 @@ def test_off_when_disabled(server: Server) -> None:
     (None, True, True),    # auto inside a pod (the API server's address in the environment)
     ("auto", True, True), ("false", True, False), ("true", False, True), ("TRUE", False, True),
 ])
-def test_auto_is_on_only_inside_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None,
-                                          in_cluster: bool, enabled: bool) -> None:
+def test_auto_is_on_only_inside_a_cluster(tmp_path: Path, setting: str | None, in_cluster: bool,
+                                          enabled: bool) -> None:
     with FakeKubeAPI() as api:
         api.add("priorityclasses", priority_class("ai-training"))
-        monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path / "kubeconfig")))
-        if setting is None:
-            monkeypatch.delenv(CHECK_ENV, raising=False)
-        else:
-            monkeypatch.setenv(CHECK_ENV, setting)
+        env = {"KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig"))}
+        if setting is not None:
+            env[CHECK_ENV] = setting
         if in_cluster:
-            monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-        else:
-            monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        watch = watch_from_environment(lambda: [spec for spec in RULES_SPECS if spec.name in ("ai-training", "ai-batch")])
-        try:
-            assert (watch is not None) is enabled
-            if watch is not None:  # it really polls the API (in-cluster config is absent here: the kubeconfig)
+            env["KUBERNETES_SERVICE_HOST"] = "10.96.0.1"
+        assert Settings.from_environ(env).priority_class_watch is enabled
+        if not enabled:
+            return
+        # it really watches the API (in-cluster config is absent here: the kubeconfig)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("KUBECONFIG", env["KUBECONFIG"])
+            patch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+            watch = PriorityClassWatch(lambda: [spec for spec in RULES_SPECS
+                                                if spec.name in ("ai-training", "ai-batch")]).start()
+            try:
                 eventually(lambda: watch.facts.checked)
                 assert watch.facts.missing_priority_classes == {"ai-batch"}
-        finally:
-            if watch is not None:
+                api.add("priorityclasses", priority_class("ai-batch"))  # seen through the watch, not a resync
+                eventually(lambda: not watch.facts.missing_priority_classes)
+            finally:
                 watch.stop()

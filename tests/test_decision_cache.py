@@ -10,11 +10,12 @@ import yaml
 from tests.conftest import RULES_FILE
 from tests.e2e_install import BARE_POD, PROFILED_POD
 from tests.reviews import admission_review
-from webhook.admission import MUTATE, VALIDATE, decide, respond
-from webhook.cluster import ClusterFacts
-from webhook.decision_cache import DecisionCache
-from webhook.review import parse_review
-from webhook.rules import compile_rules, load_rules
+from webhook.core.admission import MUTATE, VALIDATE, decide, respond
+from webhook.core.facts import ClusterFacts
+from webhook.server.decision_cache import DecisionCache
+from webhook.core.review import parse_review
+from webhook.core.rules import compile_rules
+from webhook.config.rules_file import load_rules
 
 RULES = load_rules(RULES_FILE)
 FACTS = ClusterFacts()

@@ -22,12 +22,13 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, RULES_FILE, Server
 from tests.reviews import admission_review, apply_verdict, assert_valid_pod
-from webhook.admission import decide, judge_claim, judge_object, judge_pod, mutate_verdict
-from webhook.dra import CLAIM, TEMPLATE, ClaimIndex, claim_findings
-from webhook.dra_watch import ClaimWatch
-from webhook.profile import build_profile
-from webhook.review import parse_review
-from webhook.rules import Rules, RulesError, compile_rules
+from webhook.core.admission import decide, judge_claim, judge_object, judge_pod, mutate_verdict
+from webhook.core.dra.claims import CLAIM, CLAIM_TEMPLATE as TEMPLATE, ClaimIndex, claim_findings
+from webhook.cluster.claims import PATHS, ClaimWatch
+from webhook.cluster.informer import Api
+from webhook.core.profile import build_profile
+from webhook.core.review import parse_review
+from webhook.core.rules import Rules, RulesError, compile_rules
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
 DEFAULT = yaml.safe_load(RULES_FILE.read_text())
@@ -545,6 +546,9 @@ def test_the_dra_jobset_manifest() -> None:
 
 # -- the watch that keeps the cluster's claims ----------------------------------------------------------------
 
+KIND_OF = {path: kind for kind, path in PATHS.items()}
+
+
 class FakeApi:
     """Lists and watches from scripted answers; a watch ends when its script does (as a server timeout would)."""
 
@@ -554,15 +558,17 @@ class FakeApi:
         self.lists: dict[str, int] = {TEMPLATE: 0, CLAIM: 0}
         self.fail_next_list: set[str] = set()
 
-    def calls(self) -> tuple[Any, Any]:
-        def lister(kind: str) -> tuple[list[dict[str, Any]], str]:
+    def calls(self) -> Api:
+        def lister(path: str) -> tuple[list[dict[str, Any]], str]:
+            kind = KIND_OF[path]
             self.lists[kind] += 1
             if kind in self.fail_next_list:
                 self.fail_next_list.discard(kind)
                 raise ConnectionError("connection refused")
             return copy.deepcopy(self.items[kind]), str(100 + self.lists[kind])
 
-        def watcher(kind: str, version: str, seconds: float) -> Iterator[dict[str, Any]]:
+        def watcher(path: str, version: str, seconds: float) -> Iterator[dict[str, Any]]:
+            kind = KIND_OF[path]
             while self.events[kind]:
                 event = self.events[kind].pop(0)
                 if isinstance(event, Exception):
@@ -570,7 +576,7 @@ class FakeApi:
                 yield event
             time.sleep(0.05)
 
-        return lister, watcher
+        return Api(lister, watcher)
 
 
 def eventually(check: Any, seconds: float = 10) -> None:
@@ -588,7 +594,7 @@ def test_the_watch_lists_follows_events_and_lists_again() -> None:
     api.events[TEMPLATE] = [{"type": "ADDED", "object": {**ANY_GPU, "metadata": {**ANY_GPU["metadata"],
                                                                                   "resourceVersion": "9"}}},
                             {"type": "DELETED", "object": A100X2}]
-    watch = ClaimWatch(resync=0.2, calls=api.calls)
+    watch = ClaimWatch(resync=0.2, api=api.calls)
     source = watch.index.source("ml-team")
     try:
         watch.start()
@@ -614,7 +620,7 @@ def test_the_watch_says_when_it_cannot_start() -> None:
     def no_config() -> Any:
         raise RuntimeError("Service host/port is not set.")
 
-    watch = ClaimWatch(calls=no_config).start()
+    watch = ClaimWatch(api=no_config).start()
     no_host = "RuntimeError: Service host/port is not set."
     eventually(lambda: all(s["error"] == no_host for s in watch.status().values()))
     watch.stop()

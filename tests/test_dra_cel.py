@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.dra_cel import ATTRIBUTE, CAPACITY, Term, read_selector
+from webhook.core.dra.cel import ATTRIBUTE, CAPACITY, Term, read_selector
 
 PRODUCT = Term(ATTRIBUTE, "gpu.nvidia.com", "productName", "==", "NVIDIA A100-SXM4-80GB")
 

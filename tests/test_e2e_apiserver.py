@@ -29,9 +29,9 @@ from tests.e2e_install import (BARE_POD, PROFILED_POD, ROUTE_LABEL, install, leg
                                uninstall)
 from tests.fixtures import POD_CASES, PodCase, pod_cases
 from tests.test_operations import metric, settled
-from webhook.admission import judge_object
-from webhook.kinds import KINDS, group_of
-from webhook.rules import Rules
+from webhook.core.admission import judge_object
+from webhook.core.kinds import KINDS, group_of
+from webhook.core.rules import Rules
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("webhook_installed")]
 

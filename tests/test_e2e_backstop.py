@@ -28,11 +28,11 @@ from tests.e2e_install import (BARE_POD, PROFILED_POD, ROUTE_LABEL, install, leg
                                uninstall)
 from tests.fixtures import POD_CASES
 from tests.test_e2e_apiserver import create, for_apiserver, named, warnings
-from webhook import backstop
-from webhook.admission import judge_object, judge_pod, mutate_verdict
-from webhook.kinds import KINDS, group_of
-from webhook.manifests import priority_classes
-from webhook.rules import Rules
+from webhook.generate import backstop
+from webhook.core.admission import judge_object, judge_pod, mutate_verdict
+from webhook.core.kinds import KINDS, group_of
+from webhook.generate.webhooks import priority_classes
+from webhook.core.rules import Rules
 
 pytestmark = [pytest.mark.e2e]
 

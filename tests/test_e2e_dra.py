@@ -23,7 +23,7 @@ from tests.control_plane import ControlPlane, namespace_name
 from tests.e2e_install import install, route_labels, uninstall
 from tests.reviews import admission_review
 from tests.test_e2e_apiserver import DENIED_BY, create, get_pod, warnings
-from webhook.rules import Rules
+from webhook.core.rules import Rules
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,7 @@ from tests.control_plane import ControlPlane, namespace_name
 from tests.e2e_install import BARE_POD, PROFILED_POD, install, route_labels, uninstall
 from tests.e2e_load import PodLoad
 from tests.test_operations import ConfigMapDir
-from webhook.rules import Rules
+from webhook.core.rules import Rules
 
 pytestmark = [pytest.mark.e2e]
 

@@ -9,9 +9,9 @@ import pytest
 from tests.conftest import Server
 from tests.fixtures import PodCase, assert_warnings, pod_cases
 from tests.reviews import admission_review, assert_valid_pod
-from webhook.admission import judge_pod, mutate_verdict, object_subject
-from webhook.profile import build_profile
-from webhook.rules import Rules
+from webhook.core.admission import judge_pod, mutate_verdict, object_subject
+from webhook.core.profile import build_profile
+from webhook.core.rules import Rules
 
 
 @pod_cases()

@@ -56,7 +56,7 @@ def test_runs_as_a_numeric_non_root_user_with_gunicorn_and_the_config() -> None:
     uid = user.split()[1].split(":")[0]
     assert uid.isdigit() and int(uid) > 0
     (entrypoint,) = [i for i in final if i.startswith("ENTRYPOINT ")]
-    assert entrypoint == 'ENTRYPOINT ["gunicorn", "-c", "python:webhook.gunicorn_conf"]'
+    assert entrypoint == 'ENTRYPOINT ["gunicorn", "-c", "python:webhook.server.gunicorn_conf"]'
 
 
 def test_install_steps_are_the_makefile_targets() -> None:
@@ -92,7 +92,7 @@ def test_the_image_install_works(tmp_path: Path) -> None:
     port = free_port()
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "AI_ADMISSION_TLS_DIR": str(tls), "PORT": str(port),
            "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "HOME": str(tmp_path)}
-    server = subprocess.Popen([str(venv / "bin" / "gunicorn"), "-c", "python:webhook.gunicorn_conf"], cwd=empty,
+    server = subprocess.Popen([str(venv / "bin" / "gunicorn"), "-c", "python:webhook.server.gunicorn_conf"], cwd=empty,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30

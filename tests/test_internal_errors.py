@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-import webhook.app
+import webhook.server.app
 from tests.reviews import admission_review
-from webhook.app import INTERNAL_ERROR_WARNING, create_app
-from webhook.rules import Rules
+from webhook.server.app import INTERNAL_ERROR_WARNING, create_app
+from webhook.server.services import Services
+from webhook.core.rules import Rules
 
 POD = {"metadata": {"generateName": "train-", "namespace": "ml-team"},
        "spec": {"containers": [{"name": "main", "image": "registry.example.com/train:1",
@@ -32,8 +33,8 @@ def test_an_internal_error_admits_the_pod_and_says_so(rules: Rules, monkeypatch:
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug in the policy")
 
-    monkeypatch.setattr(webhook.app, "decide", broken)
-    client = create_app(rules, watch=False, reload=False, nodes=False, claims=False).test_client()
+    monkeypatch.setattr(webhook.server.app, "decide", broken)
+    client = create_app(services=Services.fixed(rules)).test_client()
     review = admission_review(POD)
     before = _internal_errors()
     answer = client.post(path, json=review)
@@ -46,7 +47,7 @@ def test_an_internal_error_admits_the_pod_and_says_so(rules: Rules, monkeypatch:
 
 
 def test_without_the_bug_the_same_pod_is_judged(rules: Rules) -> None:
-    client = create_app(rules, watch=False, reload=False, nodes=False, claims=False).test_client()
+    client = create_app(services=Services.fixed(rules)).test_client()
     before = _internal_errors()
     response = client.post("/validate", json=admission_review(POD)).get_json()["response"]
     assert response["allowed"] is False

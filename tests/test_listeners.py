@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.listeners import choose_slot
+from webhook.server.listeners import choose_slot
 
 
 @dataclass

@@ -15,9 +15,9 @@ import yaml
 
 from tests.conftest import ROOT, Server
 from tests.reviews import K8S_VERSION, admission_review
-from webhook.draining import GRACEFUL_SECONDS
-from webhook.rules import Rules
-from webhook.kinds import KINDS
+from webhook.server.draining import GRACEFUL_SECONDS
+from webhook.core.rules import Rules
+from webhook.core.kinds import KINDS
 
 CLI = str(Path(sys.executable).with_name("ai-admission"))
 OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from tests.conftest import RULES_FILE
 from tests.fixtures import PodCase, pod_cases
 from tests.test_mutation_properties import pods
-from webhook.admission import judge_pod, mutate_verdict
-from webhook.manifests import webhook_configurations
-from webhook.match_conditions import match_conditions, pod_condition
-from webhook.rules import Rules, compile_rules, load_rules
+from webhook.core.admission import judge_pod, mutate_verdict
+from webhook.generate.webhooks import webhook_configurations
+from webhook.generate.match_conditions import match_conditions, pod_condition
+from webhook.core.rules import Rules, compile_rules
+from webhook.config.rules_file import load_rules
 
 RULES = load_rules(RULES_FILE)
 POD_REQUEST = {"resource": {"group": "", "version": "v1", "resource": "pods"}}
@@ -151,7 +152,7 @@ def _plain(**spec: Any) -> dict[str, Any]:
 
 def test_pods_that_take_gpus_through_dra_are_sent() -> None:
     """A pod's claims are looked up by the webhook's watch, which CEL cannot do: any resourceClaims sends it."""
-    from webhook.dra import TEMPLATE, ClaimIndex
+    from webhook.core.dra.claims import CLAIM_TEMPLATE as TEMPLATE, ClaimIndex
 
     index = ClaimIndex()
     index.put(TEMPLATE, _A100_TEMPLATE)

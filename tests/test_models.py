@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from webhook.admission import judge_pod
-from webhook.profile import Profile, build_profile
-from webhook.rules import Rules
+from webhook.core.admission import judge_pod
+from webhook.core.profile import Profile, build_profile
+from webhook.core.rules import Rules
 
 MIB = 2**20
 

@@ -15,9 +15,9 @@ import pytest
 
 from tests.reviews import apply_verdict
 from tests.test_boundaries import INFINIBAND, NCCL, SHM, gpu_pod, rules_with, shm_size
-from webhook.admission import Verdict, mutate_verdict
-from webhook.cluster import UNKNOWN, ClusterFacts
-from webhook.rules import Rules
+from webhook.core.admission import Verdict, mutate_verdict
+from webhook.core.facts import NO_FACTS as UNKNOWN, ClusterFacts
+from webhook.core.rules import Rules
 
 GANG = {"classes": {"training": {"mutate": {"gang": {"schedulerName": "volcano",
                                                       "podGroupAnnotation": "scheduling.k8s.io/group-name"}}}}}

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import RULES_FILE
 from tests.invariants import assert_user_values_kept, assert_well_formed
-from webhook.admission import judge_pod, mutate_verdict
-from webhook.rules import compile_rules
+from webhook.core.admission import judge_pod, mutate_verdict
+from webhook.core.rules import compile_rules
 
 
 def _all_steps_rules() -> Any:

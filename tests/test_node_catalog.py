@@ -22,9 +22,9 @@ from tests.control_plane import ControlPlane, namespace_name
 from tests.reviews import admission_review
 from tests.test_observability import exposed, missing, used
 from webhook import cli
-from webhook.catalog import catalog_block, effective, model_name
-from webhook.nodes import DiscoveredCatalog, build, node_gpu
-from webhook.rules import Rules, compile_rules
+from webhook.core.catalog import catalog_block, effective, model_name
+from webhook.core.nodes import DiscoveredCatalog, build, node_gpu
+from webhook.core.rules import Rules, compile_rules
 
 MIB = Decimal(2**20)
 
@@ -261,7 +261,7 @@ def test_catalog_command_and_check_against_the_cluster(control_plane: ControlPla
 # -- the policy with the cluster's models ------------------------------------------------------------------------
 
 def judged(rules: Rules, obj: dict[str, Any]) -> Any:
-    from webhook.admission import judge_pod
+    from webhook.core.admission import judge_pod
 
     return judge_pod(obj, rules=rules, mode="deny", subject='pod "ml-team/p"')
 

@@ -22,8 +22,8 @@ from tests.control_plane import ControlPlane, namespace_name
 from tests.e2e_install import BARE_POD
 from tests.reviews import admission_review
 from tests.test_operations import metric, settled
-from webhook import observability
-from webhook.manifests import render
+from webhook.generate import observability
+from webhook.generate.webhooks import render
 
 COMPONENT = ROOT / "manifests" / "components" / "prometheus"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+")

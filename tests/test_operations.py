@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import requests
@@ -23,7 +23,7 @@ from cryptography.x509.oid import NameOID
 from certs import issue_to_files
 from tests.conftest import RULES_FILE, Server, start_server, stop_server
 from tests.reviews import admission_review
-from webhook.app import _tls_status
+from webhook.server.readiness import certificate_status
 
 BARE = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "bare-", "namespace": "ml-team"},
         "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
@@ -122,8 +122,10 @@ def expired_certificate() -> x509.Certificate:
             .not_valid_after(now - dt.timedelta(days=1)).sign(key, hashes.SHA256()))
 
 
-def test_readiness_needs_an_unexpired_certificate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AI_ADMISSION_TLS_DIR", str(tmp_path))
+def test_readiness_needs_an_unexpired_certificate(tmp_path: Path) -> None:
+    def _tls_status() -> dict[str, Any] | None:
+        return certificate_status(str(tmp_path))
+
     assert _tls_status() == {"ok": False, "error": f"FileNotFoundError: [Errno 2] No such file or directory: "
                                                    f"'{tmp_path / 'tls.crt'}'"}
     (tmp_path / "tls.crt").write_text("not a certificate")
@@ -246,13 +248,14 @@ def test_one_structured_log_line_per_admission_and_never_the_pod(server: Server)
 
 
 def test_an_unreadable_certificate_is_logged_not_recorded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from webhook import metrics, tls
+    from webhook.server import metrics
+    from webhook.server import tls
 
-    before = metrics.CERT_EXPIRY._value.get()
+    before = metrics.instruments().cert_expiry._value.get()
     (tmp_path / "tls.crt").write_text("rotated half-way")
     with caplog.at_level("WARNING", logger="ai_admission"):
         tls.record_expiry(str(tmp_path / "tls.crt"))
     (record,) = [json.loads(r.getMessage()) for r in caplog.records]
     assert record["msg"] == "certificate expiry not recorded" and record["file"] == str(tmp_path / "tls.crt")
     assert record["error"].startswith("ValueError: ")
-    assert metrics.CERT_EXPIRY._value.get() == before
+    assert metrics.instruments().cert_expiry._value.get() == before

@@ -6,7 +6,7 @@ import copy
 
 import jsonpatch
 
-from webhook.patch import Editor, pointer
+from webhook.core.patch import Editor, pointer
 
 
 def replay(original: dict, editor: Editor) -> dict:

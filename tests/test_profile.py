@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from webhook.profile import build_profile
+from webhook.core.profile import build_profile
 from tests.test_boundaries import rules_with
-from webhook.rules import Rules
+from webhook.core.rules import Rules
 
 
 def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None, annotations: dict[str, str] | None = None,
@@ -170,7 +170,7 @@ def test_a_variable_set_twice_in_a_container_takes_the_later_value_as_the_kubele
 
 
 def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -> None:
-    from webhook.mutate import mutate_pod
+    from webhook.core.mutate import mutate_pod
 
     p = pod({"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "2", "memory": "8Gi"}}},
             {"name": "logger", "resources": {"limits": {"nvidia.com/gpu": "0", "memory": "1Gi"}}},

@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from tests.conftest import RULES_FILE, ROOT, free_port
-from webhook.admission import judge_pod, resolve_mode
-from webhook.rules import RulesError, compile_rules, load_rules, parse_rules
+from webhook.core.admission import judge_pod, resolve_mode
+from webhook.core.rules import RulesError, compile_rules, parse_rules
+from webhook.config.rules_file import load_rules
 
 DEFAULT = yaml.safe_load(RULES_FILE.read_text())
 
@@ -93,7 +94,7 @@ def test_server_refuses_to_start_with_bad_rules(tmp_path: Path) -> None:
     env = {"PATH": str(Path(sys.executable).parent), "PORT": str(free_port()), "AI_ADMISSION_RULES": str(bad),
            "AI_ADMISSION_TLS_DIR": str(tmp_path)}
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-    done = subprocess.run([gunicorn, "-c", "python:webhook.gunicorn_conf"], cwd=ROOT, env=env,
+    done = subprocess.run([gunicorn, "-c", "python:webhook.server.gunicorn_conf"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode != 0
     assert f"cannot start: {bad}: classes.batch.preemptible: 'maybe' is not of type 'boolean'" in done.stderr

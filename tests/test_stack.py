@@ -20,10 +20,11 @@ import yaml
 
 from tests.conftest import ROOT, Server
 from tests.reviews import admission_review
-from webhook.check import check, read_documents
-from webhook.kinds import KINDS, group_of
-from webhook.rules import Rules
-from webhook.templates import generic_templates
+from webhook.core.documents import check
+from webhook.cli.check import read_documents
+from webhook.core.kinds import KINDS, group_of
+from webhook.core.rules import Rules
+from webhook.core.templates import generic_templates
 
 STACK = ROOT / "tests" / "manifests" / "stack"
 EXPECTED: dict[str, list[list[Any]]] = yaml.safe_load((ROOT / "tests" / "fixtures" / "stack-expected.yaml").read_text())

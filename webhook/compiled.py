@@ -1,4 +1,5 @@
-"""Which modules of the admission core run compiled (see setup.py), and a guard against stale builds.
+"""Which modules of the admission core run compiled (setup.py compiles `webhook.core`), and a guard against stale
+builds.
 
 In a checkout, ``make compile`` puts the compiled modules next to their sources, and Python imports an
 extension module before a ``.py`` of the same name. A source edited after that would be silently ignored, so
@@ -22,24 +23,30 @@ def _stem(path: Path) -> str:
     return path.name.split(".", 1)[0]
 
 
+def _module(path: Path, package_dir: Path) -> str:
+    """``core/profile.cpython-311-x86_64-linux-gnu.so`` -> ``core.profile`` (relative to the package)."""
+    return ".".join((*path.relative_to(package_dir).parent.parts, _stem(path)))
+
+
 def compiled_files(package_dir: Path = PACKAGE_DIR) -> list[Path]:
-    """The extension modules in the package directory (``profile.cpython-311-x86_64-linux-gnu.so``, ...)."""
-    return sorted(p for p in package_dir.iterdir() if p.name.endswith(_EXTENSIONS))
+    """The extension modules anywhere in the package (``core/profile.cpython-311-x86_64-linux-gnu.so``, ...)."""
+    return sorted(p for p in package_dir.rglob("*") if p.name.endswith(_EXTENSIONS))
 
 
 def built_modules(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """The modules built in the package directory, without mypyc's shared runtime (``_core__mypyc``)."""
-    return [_stem(p) for p in compiled_files(package_dir) if not _stem(p).endswith(RUNTIME_SUFFIX)]
+    """The modules built in the package, as dotted names relative to it (``core.profile``), without mypyc's
+    shared runtime (``_core__mypyc``)."""
+    return sorted(_module(p, package_dir) for p in compiled_files(package_dir)
+                  if not _stem(p).endswith(RUNTIME_SUFFIX))
 
 
 def stale(package_dir: Path = PACKAGE_DIR) -> list[str]:
     """The compiled modules whose source changed after they were built."""
     found = []
     for built in compiled_files(package_dir):
-        name = _stem(built)
-        source = built.with_name(name + ".py")
+        source = built.with_name(_stem(built) + ".py")
         if source.exists() and source.stat().st_mtime > built.stat().st_mtime:
-            found.append(name)
+            found.append(_module(built, package_dir))
     return found
 
 

@@ -47,8 +47,8 @@ from tests.e2e_install import ROUTE_LABEL, routed_configurations
 from tests.e2e_load import PodLoad
 from tests.fixtures import POD_CASES
 from tests.test_operations import metric
-from webhook.manifests import priority_classes
-from webhook.rules import load_rules
+from webhook.generate.webhooks import priority_classes
+from webhook.config.rules_file import load_rules
 
 BURST_POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",

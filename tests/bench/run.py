@@ -107,7 +107,7 @@ class Server:
                "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "AI_ADMISSION_DRAIN_SECONDS": "0"}
         if rules:
             env["AI_ADMISSION_RULES"] = str(rules)
-        command = [GUNICORN, "-c", "python:webhook.gunicorn_conf", *([app] if app else [])]
+        command = [GUNICORN, "-c", "python:webhook.server.gunicorn_conf", *([app] if app else [])]
         self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30

@@ -1,0 +1,151 @@
+"""``ai-admission audit``: what the webhook would say about the pods and controllers that already run.
+
+Before a namespace goes from ``audit`` to ``deny``, a platform wants to know what would be denied. The objects
+are listed from the API and judged by `webhook.core.documents` (the code the webhook runs), then grouped per namespace
+and reason. An object whose controller is listed too is judged through that controller's template (a pod of a
+ReplicaSet of a Deployment is reported once, as the Deployment), and finished pods are left out: they will not
+be created again. The same results feed the PolicyReports the server can write (`webhook.cluster.reports`); ``ai-admission
+audit`` prints them (`webhook.cli.audit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from webhook.core.admission import resolve_mode
+from webhook.core.documents import Document, Report, Result, check
+from webhook.core.kinds import KINDS
+from webhook.core.names import MODE_LABEL
+from webhook.core.rules import MODES, Rules
+
+from . import client as kube
+
+FINISHED = frozenset({"Succeeded", "Failed"})
+SOURCE = "ai-admission"
+
+
+@dataclass
+class Audit:
+    """The judged objects and what could not be listed (a kind the credentials may not read)."""
+
+    report: Report
+    namespaces: list[str]
+    modes: dict[str, str] = field(default_factory=dict)  # the mode in force per namespace
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def denied(self) -> bool:
+        return any(severity(r) == "deny" for r in self.report.results)
+
+
+def severity(result: Result) -> str:
+    """``deny`` when deny mode would reject it, ``warn`` when it would be admitted with a warning, else ``pass``."""
+    severities = {f.severity for f in result.verdict.findings}
+    return "deny" if "deny" in severities else ("warn" if "warn" in severities else "pass")
+
+
+def kinds(api: Any) -> list[tuple[str, str, str, str, bool]]:
+    """(group, version, kind, plural, namespaced) of pods and of every kind of webhook.core.kinds whose API group the
+    cluster serves."""
+    versions = kube.preferred_versions(api)
+    found = [("", "v1", "Pod", "pods", True)]
+    found += [(k.group, versions[k.group], k.kind, k.resource, k.scope == "Namespaced") for k in KINDS.values()
+              if k.group in versions]
+    return found
+
+
+def list_objects(api: Any, namespace: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every pod and controller in ``namespace`` (all when None), as manifests; and the kinds that failed."""
+    objects: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for group, version, kind, plural, namespaced in kinds(api):
+        if namespace and not namespaced:
+            continue  # a cluster-scoped kind (ClusterTrainingRuntime) belongs to no namespace
+        try:
+            items, _ = kube.list_items(api, kube.collection(group, version, plural, namespace if namespaced else None))
+        except kube.KubeError as exc:
+            errors.append(f"cannot list {plural}{'.' + group if group else ''}: {exc}")
+            continue
+        for item in items:  # items of a list carry no kind of their own
+            item["apiVersion"] = f"{group}/{version}" if group else version
+            item["kind"] = kind
+            (item.get("metadata") or {}).pop("managedFields", None)
+            objects.append(item)
+    return objects, errors
+
+
+def _judged_elsewhere(obj: dict[str, Any], listed: set[str]) -> bool:
+    meta = obj.get("metadata") or {}
+    if obj["kind"] == "Pod" and (obj.get("status") or {}).get("phase") in FINISHED:
+        return True
+    return any(ref.get("controller") and ref.get("uid") in listed for ref in meta.get("ownerReferences") or [])
+
+
+def judge(objects: Iterable[dict[str, Any]], *, rules: Rules) -> Report:
+    objects = list(objects)
+    listed = {str((o.get("metadata") or {}).get("uid")) for o in objects}
+    documents = [Document(source="cluster", index=i, obj=o) for i, o in enumerate(objects)
+                 if not _judged_elsewhere(o, listed)]
+    return check(documents, rules=rules)
+
+
+def namespace_modes(api: Any, rules: Rules, namespaces: Iterable[str], errors: list[str]) -> dict[str, str]:
+    """The mode each namespace is in: its ``ai-admission.io/mode`` label routes it to /validate/<mode>, which
+    wins over the rules' map (the namespace label is what a platform flips from audit to deny)."""
+    labels: dict[str, dict[str, str]] = {}
+    try:
+        items, _ = kube.list_items(api, "/api/v1/namespaces")
+        labels = {str(n["metadata"]["name"]): n["metadata"].get("labels") or {} for n in items}
+    except kube.KubeError as exc:
+        errors.append(f"cannot list namespaces (modes from the rules only): {exc}")
+    modes = {}
+    for namespace in namespaces:
+        label = labels.get(namespace, {}).get(MODE_LABEL)
+        modes[namespace] = resolve_mode(rules, namespace=namespace, path_mode=label if label in MODES else None)
+    return modes
+
+
+def audit(api: Any, *, rules: Rules, namespace: str | None) -> Audit:
+    objects, errors = list_objects(api, namespace)
+    report = judge(objects, rules=rules)
+    namespaces = sorted({r.namespace for r in report.results} | ({namespace} if namespace else set()))
+    return Audit(report=report, namespaces=namespaces, modes=namespace_modes(api, rules, namespaces, errors),
+                 errors=errors)
+
+
+# -- PolicyReports ---------------------------------------------------------------------------------------------
+
+def _reference(result: Result) -> dict[str, str]:
+    meta = result.document.obj.get("metadata") or {}
+    return {"apiVersion": str(result.document.obj.get("apiVersion")), "kind": result.kind, "name": result.name,
+            "namespace": result.namespace, "uid": str(meta.get("uid") or "")}
+
+
+def report_results(results: Iterable[Result], mode: str) -> list[dict[str, Any]]:
+    """``wgpolicyk8s.io/v1alpha2`` results: one per finding (fail for a deny finding, warn for advice), one pass
+    for an accelerator pod or template with none. Without timestamps (`webhook.cluster.reports` adds them)."""
+    entries = []
+    for result in results:
+        properties = {"class": result.workload, "mode": mode, **({"template": result.path}
+                                                                                 if result.path else {})}
+        findings = result.verdict.findings
+        if not findings and result.workload == "none":
+            continue  # not an AI pod: nothing of ours to report
+        for finding in findings or [None]:
+            entries.append({
+                "source": SOURCE, "policy": SOURCE, "category": "GPU workloads",
+                "rule": finding.code if finding else "gpu-profile",
+                "result": "pass" if finding is None else ("fail" if finding.severity == "deny" else "warn"),
+                "severity": "high" if finding and finding.severity == "deny" else "medium",
+                "scored": True, "message": finding.message if finding else "every GPU rule is met",
+                "resources": [_reference(result)], "properties": properties,
+            })
+    return sorted(entries, key=lambda e: (e["resources"][0]["kind"], e["resources"][0]["name"], e["rule"]))
+
+
+def report_summary(results: list[dict[str, Any]]) -> dict[str, int]:
+    counts = {key: 0 for key in ("pass", "fail", "warn", "error", "skip")}
+    for entry in results:
+        counts[entry["result"]] += 1
+    return counts

@@ -1,0 +1,38 @@
+"""A background poll: a daemon thread that calls one method every ``interval`` seconds until stopped.
+
+For what is not a collection to watch (a changed rules file, a PolicyReport refresh that is due); collections of
+the cluster are watched by `webhook.cluster.informer`. Never on the request path.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TypeVar
+
+Self = TypeVar("Self", bound="Poller")
+
+
+class Poller:
+    """Subclasses implement `poll`; ``immediately`` runs the first poll at start instead of after a wait."""
+
+    def __init__(self, *, name: str, interval: float, immediately: bool) -> None:
+        self._interval = interval
+        self._immediately = immediately
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def poll(self) -> object:
+        raise NotImplementedError
+
+    def start(self: Self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        if self._immediately:
+            self.poll()
+        while not self._stop.wait(self._interval):
+            self.poll()

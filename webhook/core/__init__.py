@@ -1,0 +1,15 @@
+"""The admission core: the whole decision, as pure functions from an object and the rules (and the cluster's facts,
+as values) to a verdict and a patch.
+
+The rule of this folder: no I/O, no thread, no metric, no global state, no Kubernetes API call, and nothing
+imported from the layers above (`webhook.config`, `webhook.cluster`, `webhook.generate`, `webhook.server`,
+`webhook.cli`). The one file it reads is its own package data (the rules' schemas, once, when rules are
+compiled). It runs on every pod creation in the cluster, so setup.py compiles every module here with mypyc;
+`make lint` enforces the rule with import-linter (the contracts in setup.cfg).
+
+One direction of flow, a module per step: request (`review`) -> pod (`podview`, `hints`) -> class (`classify`)
+-> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`policy`, `findings`) -> verdict
+(`admission`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
+become the pods they make (`templates`, `kinds`); the rules are compiled once (`rules`); the cluster's facts are
+values (`facts`, `nodes`, `catalog`); sets of objects are judged by `documents`.
+"""

@@ -1,0 +1,273 @@
+"""The admission pipeline: request -> pod -> profile -> findings -> verdict -> response.
+
+Pure functions over dicts and `Rules`. `judge` routes any object to what judges it (a pod, a DRA claim, a
+controller's or CRD's templates); the server's `decide` calls it for a review and `webhook.core.documents` for
+files and listed objects, so the webhook, ``check`` and ``audit`` give the same verdicts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from . import podview
+from .dra import claims as dra
+from .facts import NO_FACTS, ClusterFacts
+from .findings import Finding
+from .kinds import templates_of
+from .mutate import mutate_pod
+from .parallelism import World
+from .policy import evaluate
+from .profile import Profile, build_profile
+from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
+from .rules import MODES, Rules
+from .templates import Resolver, generic_templates
+
+VALIDATE = "validate"
+MUTATE = "mutate"
+
+
+@dataclass
+class Verdict:
+    """What ai-admission decided about one pod, before it is put into any protocol."""
+
+    allowed: bool
+    mode: str
+    profile: Profile | None
+    findings: tuple[Finding, ...] = ()
+    message: str | None = None
+    warnings: tuple[str, ...] = ()
+    audit_annotations: Mapping[str, str] = field(default_factory=dict)
+    patch: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def reason_codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+
+def resolve_mode(rules: Rules, *, namespace: str, path_mode: str | None) -> str:
+    """The mode in force: the webhook path's (chosen per namespace label) > the rules' namespace map > default."""
+    if path_mode in MODES:
+        return path_mode
+    return rules.namespace_modes.get(namespace, rules.default_mode)
+
+
+def _header(subject: str, profile: Profile) -> str:
+    c = profile.classification
+    return f"{subject} ({c.workload}: {c.reason}) was denied by ai-admission:"
+
+
+_LAST_ASIDE = re.compile(r"\s*\([^()]*\)$")
+
+
+def fitted(warning: str) -> str:
+    """``warning`` short enough that the API server passes it on whole (it cuts one longer than
+    `MAX_WARNING_CHARS` with an ellipsis): the asides at its end (a list of known models) go first, then what
+    follows its last "; ", and only then is it cut."""
+    while len(warning) > MAX_WARNING_CHARS:
+        shorter = _LAST_ASIDE.sub("", warning)
+        if shorter == warning:
+            head, sep, _ = warning.rpartition("; ")
+            shorter = head if sep else warning
+        if shorter == warning:
+            return warning[: MAX_WARNING_CHARS - 1] + "\u2026"
+        warning = shorter
+    return warning
+
+
+def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, ...], denial: str | None,
+                warnings: list[str]) -> Verdict:
+    """Turn findings into a verdict: in deny mode a denial rejects; warn and audit always admit."""
+    denials = [f for f in findings if f.severity == "deny"]
+    if not denials or denial is None:
+        return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings))
+    if mode == "deny":
+        return Verdict(allowed=False, mode=mode, profile=profile, findings=findings, message=denial,
+                       warnings=tuple(warnings))
+    if mode == "warn":
+        would = [fitted(f"ai-admission (warn mode) would deny: {f.message}") for f in denials]
+        return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(would + warnings))
+    audit = {"violations": ",".join(f.code for f in denials), "violation-messages": denial}
+    return Verdict(allowed=True, mode=mode, profile=profile, findings=findings, warnings=tuple(warnings),
+                   audit_annotations=audit)
+
+
+def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
+              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None) -> Verdict:
+    """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit).
+
+    ``world``: the job's size when known from a controller's template; ``notes``: what the reader should know about
+    how a template was read, passed on as warnings; ``claims``: the DRA claims and templates of the pod's
+    namespace, for a pod that takes GPUs through them.
+    """
+    profile = build_profile(pod, rules, claims, world=world)
+    findings = tuple(evaluate(pod, profile, rules))
+    denials = [f for f in findings if f.severity == "deny"]
+    denial = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)]) if denials else None
+    return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
+                       warnings=[*notes, *(f.message for f in findings if f.severity == "warn")])
+
+
+@dataclass
+class TemplateVerdict:
+    path: str
+    pod: dict[str, Any]
+    verdict: Verdict
+    generic: bool = False
+
+
+def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", name: str = "") -> str:
+    """How messages name ``obj`` (``name``/``namespace``, e.g. from the request, win over its metadata)."""
+    meta = podview.metadata(obj)
+    generate_name = meta.get("generateName")
+    return podview.describe(kind=kind, name=name or str(meta.get("name") or "") or None,
+                            generate_name=generate_name if isinstance(generate_name, str) else None,
+                            namespace=namespace or str(meta.get("namespace") or "") or None)
+
+
+def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
+                 kind: str | None = None, namespace: str = "", old: Mapping[str, Any] | None = None,
+                 resolve: Resolver | None = None, generic: bool = True, claims: dra.ClaimSource | None = None,
+                 ) -> tuple[Verdict, list[TemplateVerdict]] | None:
+    """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates to judge).
+
+    A kind ai-admission does not know is read generically (``generic``): its pod specs that ask for accelerators
+    are judged, and the verdict says they were read that way. On UPDATE (``old`` given) only templates that
+    changed are judged, so scaling a legacy Deployment that predates the policy is not blocked. ``resolve`` finds
+    objects a template refers to (a TrainJob's runtime) where they are known.
+    """
+    found = templates_of(obj, rules=rules, group=group, kind=kind, resolve=resolve)
+    if found is None:
+        found = generic_templates(obj, rules) if generic else []
+        if not found:
+            return None
+    kind = kind or str(obj.get("kind", ""))
+    if old is not None:
+        previous = templates_of(old, rules=rules, group=group, kind=kind, resolve=resolve)
+        if previous is None:
+            previous = generic_templates(old, rules) if generic else []
+        before = {t.path: t.template for t in previous}
+    else:
+        before = {}
+    subject = object_subject(obj, kind=kind, namespace=namespace)
+    results = []
+    for template in found:
+        if old is not None and before.get(template.path) == template.template:
+            continue
+        pod = template.pod
+        if namespace and "namespace" not in pod["metadata"]:
+            pod["metadata"]["namespace"] = namespace
+        verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
+                            notes=template.notes, claims=claims)
+        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, generic=template.generic))
+    if not results:
+        return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
+    return _compose(mode, results), results
+
+
+def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
+    """One verdict for an object from its templates' verdicts (each already in ``mode``)."""
+    messages = [r.verdict.message for r in results if r.verdict.message]
+    audits = [r.verdict.audit_annotations for r in results if r.verdict.audit_annotations]
+    audit = {key: ("," if key == "violations" else "\n").join(a[key] for a in audits) for key in audits[0]} if audits else {}
+    return Verdict(allowed=all(r.verdict.allowed for r in results), mode=mode, profile=None,
+                   findings=tuple(f for r in results for f in r.verdict.findings),
+                   message="\n".join(messages) if messages else None,
+                   warnings=tuple(f"{r.path}: {w}" for r in results for w in r.verdict.warnings),
+                   audit_annotations=audit)
+
+
+def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: ClusterFacts = NO_FACTS,
+                   claims: dra.ClaimSource | None = None) -> Verdict:
+    """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
+    profile = build_profile(pod, rules, claims)
+    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes,
+                          differing_priority_classes=facts.differing_priority_classes)
+    return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
+                   patch=tuple(mutation.patch))
+
+
+def judge_claim(obj: Mapping[str, Any], *, rules: Rules, mode: str, kind: str, namespace: str = "",
+                old: Mapping[str, Any] | None = None) -> Verdict | None:
+    """A DRA ResourceClaim or ResourceClaimTemplate: its GPU requests must pin the model and state the memory.
+
+    None (not judged): claims Kubernetes makes for pods (their template or pod was judged), an UPDATE that
+    changes neither the requests nor the ai-admission annotations (the spec is immutable; metadata is not), and a
+    claim that asks for no GPU (a NIC, a compute domain).
+    """
+    if kind not in dra.CLAIM_KINDS or dra.is_generated(obj):
+        return None
+    if not dra.analyse_claim(obj, kind, rules).requests:
+        return None
+    if old is not None and dra.judged_parts(old, kind) == dra.judged_parts(obj, kind):
+        return None
+    findings = tuple(dra.claim_findings(obj, kind, rules))
+    denials = [f for f in findings if f.severity == "deny"]
+    header = f"{object_subject(obj, kind=kind, namespace=namespace)} was denied by ai-admission:"
+    denial = "\n".join([header, *(f"- {f.message}" for f in denials)]) if denials else None
+    return _apply_mode(mode=mode, profile=None, findings=findings, denial=denial,
+                       warnings=[f.message for f in findings if f.severity == "warn"])
+
+
+def subject_of(request: AdmissionRequest) -> str:
+    return object_subject(request.object or {}, kind="pod", namespace=request.namespace, name=request.name)
+
+
+def is_pod(group: str, kind: str) -> bool:
+    return group == "" and kind == "Pod"
+
+
+def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: str, namespace: str = "",
+          subject: str | None = None, old: Mapping[str, Any] | None = None, claims: dra.ClaimSource | None = None,
+          resolve: Resolver | None = None) -> tuple[Verdict, list[TemplateVerdict]] | None:
+    """The verdict for any object, by what it is: a pod, a DRA claim or claim template, or an object with pod
+    templates (a controller, an AI CRD, a kind found by shape); None when there is nothing to judge.
+
+    ``subject``: how messages name a pod (default: from its metadata); ``old``: the object before an UPDATE, so
+    that only what changed is judged; ``claims``: the DRA claims of the namespace; ``resolve``: finds objects a
+    template refers to (a TrainJob's runtime), where they are known.
+    """
+    if is_pod(group, kind):
+        verdict = judge_pod(obj, rules=rules, mode=mode, claims=claims,
+                            subject=subject or object_subject(obj, kind="pod", namespace=namespace))
+        return verdict, []
+    if group == dra.GROUP:
+        claim = judge_claim(obj, rules=rules, mode=mode, kind=kind, namespace=namespace, old=old)
+        return (claim, []) if claim is not None else None
+    return judge_object(obj, rules=rules, mode=mode, group=group, kind=kind, namespace=namespace, old=old,
+                        resolve=resolve, claims=claims)
+
+
+def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
+           facts: ClusterFacts = NO_FACTS, claims: dra.ClaimIndex | None = None) -> Verdict | None:
+    """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
+
+    Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
+    and UPDATE, and so are DRA claims and claim templates. Subresources (status, scale, ephemeralcontainers,
+    binding, ...) are never judged. ``claims``: the cluster's claims and templates as last seen (a watch).
+    """
+    if request.object is None or request.sub_resource:
+        return None
+    namespace = request.namespace or str(podview.metadata(request.object).get("namespace") or "")
+    mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+    source = claims.source(namespace) if claims is not None else None
+    if request.is_pod_create and endpoint == MUTATE:
+        return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts, claims=source)
+    if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE"):
+        return None
+    if request.resource == "pods" and not request.is_pod_create:
+        return None
+    judged = judge(request.object, rules=rules, mode=mode, group=request.group,
+                   kind="Pod" if request.resource == "pods" else request.kind, namespace=namespace,
+                   subject=subject_of(request) if request.resource == "pods" else None,
+                   old=request.old_object if request.operation == "UPDATE" else None, claims=source)
+    return judged[0] if judged else None
+
+
+def respond(request: AdmissionRequest, verdict: Verdict | None) -> dict[str, Any]:
+    if verdict is None:
+        return build_response(api_version=request.api_version, uid=request.uid, allowed=True)
+    return build_response(api_version=request.api_version, uid=request.uid, allowed=verdict.allowed,
+                          message=verdict.message, warnings=verdict.warnings, patch=verdict.patch,
+                          audit_annotations=verdict.audit_annotations)

@@ -1,0 +1,150 @@
+"""Judging a set of objects as the webhook would: the documents of ``ai-admission check`` (files) and of
+``ai-admission audit`` and the PolicyReports (objects listed from the cluster).
+
+Every object goes through `webhook.core.admission.judge`, the function the webhook's `decide` calls. DRA
+ResourceClaims and ResourceClaimTemplates among the documents are also what the pods and templates among them
+find when they take claims (where the server keeps the cluster's, from a watch), and a TrainJob finds its runtime
+among them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import podview
+from .admission import Verdict, is_pod, judge, resolve_mode
+from .dra import claims as dra
+from .kinds import KINDS, group_of
+from .mutate import mutate_pod
+from .rules import Rules
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str
+    index: int
+    obj: dict[str, Any]
+
+    @property
+    def where(self) -> str:
+        return f"{self.source} (document {self.index + 1})"
+
+
+@dataclass
+class Result:
+    """One judged Pod or template."""
+
+    document: Document
+    kind: str
+    name: str
+    namespace: str
+    path: str | None
+    verdict: Verdict
+    mutated: dict[str, Any] | None = None
+    workload: str = "none"
+    reason: str = ""          # why the pod has its class
+    generic: bool = False     # the kind is not one ai-admission knows: its pod spec was found by shape
+
+    @property
+    def status(self) -> str:
+        if not self.verdict.allowed:
+            return "DENY"
+        return "WARN" if self.verdict.warnings else "ALLOW"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.document.source, "document": self.document.index + 1, "kind": self.kind,
+                "namespace": self.namespace, "name": self.name, "template": self.path, "verdict": self.status,
+                "class": self.workload, "classReason": self.reason, "readGenerically": self.generic,
+                "allowed": self.verdict.allowed, "mode": self.verdict.mode,
+                "reasons": self.verdict.reason_codes,
+                "denials": [f.code for f in self.verdict.findings if f.severity == "deny"],
+                "message": self.verdict.message,
+                "warnings": list(self.verdict.warnings)}
+
+
+@dataclass
+class Report:
+    results: list[Result] = field(default_factory=list)
+    skipped: list[Document] = field(default_factory=list)
+
+    @property
+    def denied(self) -> bool:
+        return any(not r.verdict.allowed for r in self.results)
+
+
+class Index:
+    """The documents of one check by kind, name and namespace, for objects a template refers to (a TrainJob's
+    runtime)."""
+
+    def __init__(self, documents: list[Document]) -> None:
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for document in documents:
+            meta = podview.metadata(document.obj)
+            key = (str(document.obj.get("kind", "")), str(meta.get("name", "")), str(meta.get("namespace") or ""))
+            self._objects[key] = document.obj
+
+    def find(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        return self._objects.get((kind, name, namespace)) or self._objects.get((kind, name, ""))
+
+
+def _is_claim(obj: dict[str, Any]) -> bool:
+    return obj.get("kind") in dra.CLAIM_KINDS and str(obj.get("apiVersion", "")).startswith(dra.GROUP + "/")
+
+
+def _claim_index(documents: list[Document], namespace: str | None) -> dra.ClaimIndex:
+    """The claims and templates among the input, each in its namespace (as the server's watch holds them)."""
+    index = dra.ClaimIndex()
+    for document in documents:
+        if _is_claim(document.obj):
+            obj = document.obj
+            own = podview.metadata(obj).get("namespace")
+            meta = {**podview.metadata(obj), "namespace": str(own or namespace or "default")}
+            index.put(str(obj["kind"]), {**obj, "metadata": meta})
+    return index
+
+
+def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None) -> Report:
+    """Judge every document exactly as the webhook would (the mode in force for its namespace applies).
+
+    Each object goes through `webhook.core.admission.judge`, the function the webhook's `decide` calls: pods,
+    DRA claims with GPU requests, and the pod templates of every kind (the table's, or found by shape);
+    objects with nothing to judge are skipped. Pods and templates are also mutated, for ``-o yaml``.
+    """
+    report = Report()
+    documents = list(documents)
+    index = Index(documents)
+    claims = _claim_index(documents, namespace)
+    for document in documents:
+        obj = document.obj
+        meta = podview.metadata(obj)
+        kind = str(obj.get("kind"))
+        group = group_of(str(obj.get("apiVersion", "")))
+        known = KINDS.get((group, kind))
+        cluster_scoped = known is not None and known.scope == "Cluster"
+        ns = "" if cluster_scoped else str(meta.get("namespace") or namespace or "default")
+        mode = resolve_mode(rules, namespace=ns, path_mode=None)
+        name = str(meta.get("name") or meta.get("generateName") or "")
+        judged = judge(obj, rules=rules, mode=mode, group=group, kind=kind, namespace=ns, claims=claims.source(ns),
+                       resolve=index.find)
+        if judged is None:
+            report.skipped.append(document)
+            continue
+        verdict, templates = judged
+        if group == dra.GROUP:
+            report.results.append(Result(document, kind, name, ns, None, verdict, workload="-"))
+        elif is_pod(group, kind):
+            profile = verdict.profile
+            mutated = mutate_pod(obj, profile, rules).pod if profile else None
+            report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
+                                         profile.workload if profile else "none",
+                                         profile.classification.reason if profile else ""))
+        for template in templates:
+            profile = template.verdict.profile
+            assert profile is not None  # judge_pod always profiles the pod
+            mutated = mutate_pod(template.pod, profile, rules).pod
+            report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
+                                         profile.workload, profile.classification.reason, template.generic))
+    return report
+
+

@@ -1,0 +1,410 @@
+"""Mutation: turn a classified pod into what its class needs, never overwriting what the user set.
+
+Each step edits the pod through a `webhook.core.patch.Editor`, which records one JSON Patch operation per edit
+(creating missing parents, escaping keys) on a working copy that shares everything untouched with the original.
+Every step checks before it adds, so mutating an already-mutated pod records nothing and
+``reinvocationPolicy: IfNeeded`` is safe; fields ai-admission does not know are never touched.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from . import names, podview
+from .patch import Editor
+from .profile import Profile
+from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
+from .rules import ClassMutation, ClassPolicy, MutationSettings, Rules, ShmSpec
+
+SHM_PATH = "/dev/shm"
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass
+class Mutation:
+    pod: dict[str, Any]  # shares unchanged subtrees with the input: read it, do not modify it
+    patch: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+
+ContainerRef = tuple[tuple[str, str, int], dict[str, Any]]
+
+
+class _Context:
+    """What every step reads; ``edit`` holds the working copy and records the patch.
+
+    ``spec`` and ``labels`` are the pod as it arrived: what the user set is what the steps must not clobber, and
+    no step reads what an earlier one added (``edit.get`` reads the working copy where that matters).
+    """
+
+    __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes",
+                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node")
+
+    def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, policy: ClassPolicy, warnings: list[str],
+                 missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str]) -> None:
+        self.edit = edit
+        self.profile = profile
+        self.rules = rules
+        self.policy = policy
+        self.warnings = warnings
+        self.missing_priority_classes = missing_priority_classes
+        self.differing_priority_classes = differing_priority_classes
+        self.plan: ClassMutation = policy.mutate
+        self.settings: MutationSettings = rules.mutation
+        self.spec: dict[str, Any] = podview.spec(edit.doc)
+        self.labels: Mapping[str, str] = profile.facts.labels
+        self.multi_node: bool = profile.multi_node
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return self.edit.doc
+
+    def app_containers(self) -> list[ContainerRef]:
+        """(path, container) of the app containers, with their indexes in the pod."""
+        return [(("spec", "containers", index), container)
+                for index, container in enumerate(podview.as_list(self.spec.get("containers")))
+                if isinstance(container, dict)]
+
+    def gpu_containers(self) -> list[ContainerRef]:
+        """The containers that request an accelerator (found once, by the profile), init containers first."""
+        edit = self.edit
+        return [(path, edit.get(path)) for path in (("spec", kind, index)
+                                                     for kind, index in self.profile.accelerator_containers)]
+
+    def job_label(self) -> tuple[str, str] | None:
+        labels = self.labels
+        return next(((k, labels[k]) for k in self.settings.job_labels if labels.get(k)), None)
+
+
+def _pod_memory_limit(pod: Mapping[str, Any]) -> Decimal | None:
+    """The pod's memory limit (pod-level resources, else the sum over app and sidecar containers), or None."""
+    spec = podview.spec(pod)
+    pod_level = podview.as_dict(podview.as_dict(spec.get("resources")).get("limits"))
+    try:
+        if "memory" in pod_level:
+            return parse_quantity(pod_level["memory"])
+        total = Decimal(0)
+        for kind in ("containers", "initContainers"):
+            for container in podview.as_list(spec.get(kind)):
+                if not isinstance(container, dict) or (kind == "initContainers" and not podview.is_sidecar(container)):
+                    continue
+                limits = podview.as_dict(podview.as_dict(container.get("resources")).get("limits"))
+                if "memory" not in limits:
+                    return None
+                total += parse_quantity(limits["memory"])
+        return total
+    except QuantityError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _shm_size(shm: ShmSpec, gpus: int, limit: Decimal | None, fraction: Decimal) -> str:
+    """The /dev/shm size limit: per GPU up to the class maximum, at most ``fraction`` of the pod's memory limit
+    (the class default without one), whole MiB. Cached: a cluster's pods repeat a few shapes."""
+    if limit is None:
+        size = shm.without_memory_limit
+    else:
+        size = min(shm.per_gpu * max(gpus, 1), shm.max, limit * fraction)
+    return format_quantity(Decimal(int(size) // (2**20) * 2**20) if size >= 2**20 else Decimal(int(size)))
+
+
+def add_shm(ctx: _Context) -> None:
+    """A memory-backed emptyDir at /dev/shm: DataLoader workers and NCCL need more than the runtime's 64 MB."""
+    shm = ctx.plan.shm
+    if shm is None:
+        return
+    name = ctx.settings.shm_volume_name
+    volumes = podview.as_list(ctx.spec.get("volumes"))
+    taken = next((v for v in volumes if isinstance(v, dict) and v.get("name") == name), None)
+    if taken is not None:
+        if podview.as_dict(taken.get("emptyDir")).get("medium") != "Memory":
+            ctx.warnings.append(f'volume "{name}" already exists and is not ai-admission\'s; /dev/shm was not added')
+        return
+    targets = ctx.gpu_containers()
+    if ctx.settings.shm_in_all_containers:
+        chosen = {path for path, _ in targets}
+        targets += [ref for ref in ctx.app_containers() if ref[0] not in chosen]
+    targets = [(path, c) for path, c in targets if not any(
+        isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM_PATH
+        for m in podview.as_list(c.get("volumeMounts")))]
+    if not targets:
+        return
+    limit = _pod_memory_limit(ctx.pod)
+    if limit is None:
+        ctx.warnings.append(f"pod has no memory limit; /dev/shm got the class default "
+                            f"{format_bytes(shm.without_memory_limit)} (memory-backed, it counts against the "
+                            f"pod's memory)")
+    size = _shm_size(shm, ctx.profile.gpu_count, limit, ctx.settings.max_shm_fraction_of_memory_limit)
+    ctx.edit.append(("spec", "volumes"), {"name": name, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    for path, _ in targets:
+        ctx.edit.append((*path, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
+
+
+def pod_fabric(profile: Profile, rules: Rules) -> str:
+    """The network fabric of the nodes a pod will run on: the instance type's, a node label the pod selects, its GPU
+    model's, or the rules' default (see rules `fabrics`)."""
+    choice = profile.choice
+    if choice is not None and choice.fabric is not None:
+        return choice.fabric
+    settings = rules.fabrics
+    selector = podview.string_map(profile.facts.spec.get("nodeSelector"))
+    for key, values, fabric in settings.by_node_label:
+        value = selector.get(key)
+        if value is not None and (values is None or value in values):
+            return fabric
+    model = profile.model
+    if model is not None and model.name in settings.by_model:
+        return settings.by_model[model.name]
+    return settings.default
+
+
+def add_nccl_env(ctx: _Context) -> None:
+    """NCCL settings of the pod's network fabric for the GPU containers of multi-node pods; a variable the user set
+    is never replaced. A fabric the rules do not describe gets nothing: a wrong interface name stops NCCL."""
+    if not ctx.plan.nccl or not (ctx.multi_node or ctx.plan.nccl_single_node):
+        return
+    env = ctx.rules.fabrics.env.get(pod_fabric(ctx.profile, ctx.rules), ())
+    if not env:
+        return
+    for path, container in ctx.gpu_containers():
+        if podview.as_list(container.get("envFrom")):
+            ctx.warnings.append(f'container "{container.get("name", "?")}" uses envFrom, which an added env would '
+                                f"override; NCCL defaults were not added to it")
+            continue
+        present = podview.container_env(container)
+        ctx.edit.extend((*path, "env"), [{"name": name, "value": value} for name, value in env
+                                         if name not in present])
+
+
+def set_priority(ctx: _Context) -> None:
+    """The class's PriorityClass when the pod names none, with the values the class resolves to.
+
+    The Priority admission plugin has already resolved ``spec.priority`` and ``preemptionPolicy`` from no class
+    (0, PreemptLowerPriority) before the webhooks run; it runs again after a webhook changed the pod and refuses
+    a pod whose values disagree with its class. So both are set to the class's values in the same patch: the
+    plugin then resolves the same values, the pod does not change after this webhook, and ``reinvocationPolicy:
+    IfNeeded`` does not call /mutate again (removing them instead costs a third call per pod: the plugin sets
+    them back, which is a change). The values come from the rules, which the cluster's classes are generated from;
+    where the background check saw a class with other values (see `webhook.cluster.priority_classes`), the fields are removed and
+    the API server fills them in.
+    """
+    priority = ctx.policy.priority_class
+    if priority is None or ctx.spec.get("priorityClassName"):
+        return
+    if priority.name in ctx.missing_priority_classes:
+        ctx.warnings.append(f'PriorityClass "{priority.name}" does not exist in this cluster, so it was not set '
+                            f"(the API server would refuse the pod); create it with kubectl apply -k manifests/")
+        return
+    ctx.edit.set(("spec", "priorityClassName"), priority.name)
+    differs = ctx.differing_priority_classes.get(priority.name)
+    if differs is not None:
+        ctx.warnings.append(f'PriorityClass "{priority.name}" differs from ai-admission\'s rules ({differs}), so '
+                            f"spec.priority and spec.preemptionPolicy were left to the API server; make them agree "
+                            f"(recreate the class with kubectl apply -k manifests/, or fix the rules)")
+        ctx.edit.remove(("spec", "priority"))
+        ctx.edit.remove(("spec", "preemptionPolicy"))
+        return
+    if ctx.spec.get("priority") != priority.value:
+        ctx.edit.set(("spec", "priority"), priority.value)
+    if ctx.spec.get("preemptionPolicy") != priority.preemption_policy:
+        ctx.edit.set(("spec", "preemptionPolicy"), priority.preemption_policy)
+
+
+def _covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether toleration ``existing`` already tolerates every taint ``wanted`` does."""
+    effect = existing.get("effect") or ""
+    if effect and effect != (wanted.get("effect") or ""):
+        return False
+    if (existing.get("operator") or "Equal") == "Exists":
+        return not existing.get("key") or existing.get("key") == wanted.get("key")
+    return (existing.get("key") == wanted.get("key") and (existing.get("value") or "") == (wanted.get("value") or "")
+            and (wanted.get("operator") or "Equal") == "Equal")
+
+
+def add_tolerations(ctx: _Context) -> None:
+    """Accelerator tolerations (as the ExtendedResourceToleration plugin adds) and the class's pool taints."""
+    wanted: list[Mapping[str, Any]] = []
+    if ctx.settings.gpu_tolerations:
+        claimed = ctx.profile.claimed  # DRA: a claim's GPUs are tolerated under their device class's taint
+        keys = claimed.toleration_keys(ctx.profile.gpus) if claimed is not None else sorted(ctx.profile.gpus)
+        wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
+    wanted += ctx.plan.tolerations
+    present: list[Mapping[str, Any]] = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
+    added: list[dict[str, Any]] = []
+    for toleration in wanted:
+        if not any(_covers(e, toleration) for e in present):
+            added.append(dict(toleration))
+            present.append(toleration)
+    ctx.edit.extend(("spec", "tolerations"), added)
+
+
+def pin_model(ctx: _Context) -> None:
+    """A model named only by annotation gets the nodeSelector that makes the scheduler honour it."""
+    model = ctx.profile.model
+    if model is None or ctx.profile.is_mig or not ctx.profile.hints.gpu_model:
+        return  # only ai-admission's own annotation names a model the scheduler would not otherwise honour
+    if ctx.profile.pinned_model is not None:
+        return  # a nodeSelector or required affinity already pins a model; never override it
+    key = ctx.settings.model_node_selector_key
+    ctx.edit.setdefault(("spec", "nodeSelector", key), model.label_value(key))
+
+
+def add_topology(ctx: _Context) -> None:
+    """Pack a multi-node job (training, or a model served by several pods) under one switch; spread single-pod
+    replicas over nodes and zones."""
+    affinity_plan = ctx.plan.pod_affinity
+    if affinity_plan is not None and ctx.multi_node:
+        job = ctx.job_label()
+        if job is not None:
+            term = {"labelSelector": {"matchLabels": {job[0]: job[1]}}, "topologyKey": affinity_plan.topology_key}
+            base = ("spec", "affinity", "podAffinity")
+            if affinity_plan.required:
+                path = (*base, "requiredDuringSchedulingIgnoredDuringExecution")
+                if term not in podview.as_list(ctx.edit.get(path)):
+                    ctx.edit.append(path, term)
+            else:
+                path = (*base, "preferredDuringSchedulingIgnoredDuringExecution")
+                if not any(isinstance(p, dict) and p.get("podAffinityTerm") == term
+                           for p in podview.as_list(ctx.edit.get(path))):
+                    ctx.edit.append(path, {"weight": affinity_plan.weight, "podAffinityTerm": term})
+    spread = ctx.plan.topology_spread
+    if spread is not None and not ctx.multi_node:
+        labels = ctx.labels
+        key = next((k for k in ctx.settings.app_labels if labels.get(k)), None)
+        if key is None:
+            return
+        present = {c["topologyKey"] for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
+                   if isinstance(c, dict) and isinstance(c.get("topologyKey"), str)}
+        for topology_key in spread.topology_keys:
+            if topology_key not in present:
+                ctx.edit.append(("spec", "topologySpreadConstraints"), {
+                    "maxSkew": spread.max_skew, "topologyKey": topology_key,
+                    "whenUnsatisfiable": spread.when_unsatisfiable,
+                    "labelSelector": {"matchLabels": {key: labels[key]}},
+                })
+
+
+def add_gang(ctx: _Context) -> None:
+    """Gang-scheduler hints for multi-node training: the scheduler and the pod group (named after the job).
+
+    ``default-scheduler`` counts as unset: the API server fills it in before admission.
+    """
+    gang = ctx.plan.gang
+    if gang is None or not ctx.multi_node:
+        return
+    job = ctx.job_label()
+    if job is None:
+        ctx.warnings.append("multi-node pod carries no job-name label; no pod group was set")
+        return
+    if ctx.spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
+        ctx.edit.set(("spec", "schedulerName"), gang.scheduler_name)
+    if gang.pod_group_annotation:
+        ctx.edit.setdefault(("metadata", "annotations", gang.pod_group_annotation), job[1])
+    if gang.pod_group_label:
+        ctx.edit.setdefault(("metadata", "labels", gang.pod_group_label), job[1])
+
+
+def add_rdma(ctx: _Context) -> None:
+    """The RDMA device and IPC_LOCK (NCCL pins memory for InfiniBand) on multi-node training GPU containers."""
+    rdma = ctx.plan.rdma
+    if rdma is None or not ctx.multi_node:
+        return
+    for path, container in ctx.gpu_containers():
+        requests, limits = podview.resources(container)
+        if rdma.resource not in requests and rdma.resource not in limits:
+            ctx.edit.set((*path, "resources", "limits", rdma.resource), str(rdma.amount))
+            ctx.edit.set((*path, "resources", "requests", rdma.resource), str(rdma.amount))
+        if rdma.ipc_lock:
+            capabilities = (*path, "securityContext", "capabilities", "add")
+            if "IPC_LOCK" not in podview.as_list(ctx.edit.get(capabilities)):
+                ctx.edit.append(capabilities, "IPC_LOCK")
+
+
+def add_metadata(ctx: _Context) -> None:
+    """Per-class labels and annotations (a Kueue queue, say); a value the user set stays."""
+    for key, source in (("labels", ctx.plan.labels), ("annotations", ctx.plan.annotations)):
+        for name, value in source.items():
+            ctx.edit.setdefault(("metadata", key, name), value)
+
+
+def add_deadline(ctx: _Context) -> None:
+    """A bound on run time for pods of classes that set one (hpo trials), when the pod has none."""
+    if ctx.plan.active_deadline_seconds is not None:
+        ctx.edit.setdefault(("spec", "activeDeadlineSeconds"), ctx.plan.active_deadline_seconds)
+
+
+def _summary_key(profile: Profile) -> tuple[Any, ...]:
+    return (profile.workload, profile.classification.reason, tuple(sorted(profile.gpus.items())),
+            profile.model.name if profile.model else profile.model_name, profile.memory_per_gpu,
+            profile.preemptible, profile.multi_node, profile.world.pods)
+
+
+def readable_bytes(amount: Decimal) -> str:
+    """A byte count for people: exact (32Gi, 1536Mi) when it is a whole number of MiB, else GiB to one decimal."""
+    whole = amount.to_integral_value()
+    if whole == amount and int(whole) % 2**20 == 0:
+        return format_quantity(amount)
+    return format_bytes(amount)
+
+
+@functools.lru_cache(maxsize=1024)
+def _summary_text(workload: str, reason: str, gpus: tuple[tuple[str, int], ...], model: str | None,
+                  per_gpu: Decimal | None, preemptible: bool, multi_node: bool, pods: int) -> str:
+    """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision.
+
+    Cached, as the pods of one job or ReplicaSet all get the same text."""
+    summary: dict[str, Any] = {
+        "class": workload,
+        "reason": reason,
+        "gpus": dict(gpus),
+        "model": model,
+        "gpuMemoryPerGpu": readable_bytes(per_gpu) if per_gpu is not None else None,
+        "preemptible": preemptible,
+        "multiNode": multi_node,
+    }
+    if pods > 1:
+        summary["jobPods"] = pods
+    return orjson.dumps(summary, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def record_profile(ctx: _Context) -> None:
+    if not ctx.settings.record_profile:
+        return
+    ctx.edit.setdefault(("metadata", "labels", names.WORKLOAD_TYPE), ctx.profile.workload)
+    summary = _summary_text(*_summary_key(ctx.profile))
+    if ctx.profile.facts.annotations.get(names.PROFILE) != summary:
+        ctx.edit.set(("metadata", "annotations", names.PROFILE), summary)
+
+
+STEPS: tuple[Callable[[_Context], None], ...] = (
+    add_shm, add_nccl_env, set_priority, add_tolerations, pin_model, add_topology, add_gang, add_rdma,
+    add_metadata, add_deadline, record_profile,
+)
+
+
+_NOTHING_DIFFERS: Mapping[str, str] = {}
+
+
+def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
+               missing_priority_classes: frozenset[str] = frozenset(),
+               differing_priority_classes: Mapping[str, str] | None = None) -> Mutation:
+    """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user.
+
+    ``missing_priority_classes``: classes known not to exist in the cluster; ``differing_priority_classes``:
+    classes whose value or preemptionPolicy in the cluster are not the rules' (name -> what differs); both from
+    `webhook.cluster.priority_classes`.
+    """
+    policy = rules.classes.get(profile.workload)
+    if policy is None:  # class "none": not ai-admission's business
+        return Mutation(pod=dict(pod), patch=[])
+    ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
+                   missing_priority_classes=missing_priority_classes,
+                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS)
+    for step in STEPS:
+        step(ctx)
+    return Mutation(pod=ctx.edit.doc, patch=ctx.edit.ops, warnings=ctx.warnings)

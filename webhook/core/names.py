@@ -1,0 +1,15 @@
+"""The annotation and label names ai-admission reads and writes: its API towards users, not policy."""
+
+PREFIX = "ai-admission.io/"
+WORKLOAD_TYPE = PREFIX + "workload-type"
+GPU_MODEL = PREFIX + "gpu-model"
+GPU_MEMORY = PREFIX + "gpu-memory"
+MODEL_PARAMS = PREFIX + "model-params"
+MODEL_PRECISION = PREFIX + "model-precision"
+PREEMPTIBLE = PREFIX + "preemptible"
+MULTI_NODE = PREFIX + "multi-node"
+PROFILE = PREFIX + "profile"
+
+# The namespace label that routes a namespace's pods to /validate/<mode> (the generated webhook configurations and
+# backstop bindings select on it; audit reads it).
+MODE_LABEL = PREFIX + "mode"

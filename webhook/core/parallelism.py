@@ -1,0 +1,86 @@
+"""How far a pod's work is spread: over how many pods (the job's world size) and over how many of its cards one
+model is split (tensor parallelism).
+
+Both change what a pod needs. A 405B model does not fit the 8 cards of one pod, but a 64-pod job shards it over
+512 cards; so the memory need of a distributed job is spread over all its GPUs, and the world size is read from
+where the operators write it: the env they inject (torchrun's ``PET_NNODES``, ``WORLD_SIZE`` with
+``PET_NPROC_PER_NODE``, LeaderWorkerSet's group size, Volcano's task sizes), or, for a controller's template, the
+replica counts (see `webhook.core.templates`). Tensor parallelism is what makes PCIe cards slow: only a pod that says it
+splits one model over its cards (vLLM's ``--tensor-parallel-size``, an env variable) is warned about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import podview
+from .podview import PodFacts
+from .rules import Rules
+
+
+@dataclass
+class World:
+    """The number of pods of the pod's job (1: the pod is alone) and where it was read."""
+
+    pods: int
+    source: str | None = None
+
+
+SINGLE = World(1)
+
+
+def _count(value: str | None) -> int | None:
+    """A pod count as operators write it: "64", or torchrun's elastic "min:max" (the most the job can use)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if ":" in text:
+        text = text.rpartition(":")[2]
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def world_of(facts: PodFacts, rules: Rules) -> World:
+    """How many pods the pod's job has, from the env its operator injected (the first source that says)."""
+    env = facts.env
+    settings = rules.world
+    for name in settings.nodes_env:
+        count = _count(env.get(name))
+        if count is not None:
+            return World(count, f"env {name}={env[name]}")
+    processes = _count(env.get(settings.processes_env)) if settings.processes_env else None
+    if processes is not None and settings.processes_env is not None:
+        per_node = _count(env.get(settings.processes_per_node_env)) if settings.processes_per_node_env else None
+        if per_node is not None and settings.processes_per_node_env is not None and processes % per_node == 0:
+            return World(processes // per_node, f"env {settings.processes_env}={processes} / "
+                                                f"{settings.processes_per_node_env}={per_node}")
+        return World(processes, f"env {settings.processes_env}={processes}")
+    pattern = settings.nodes_env_sum_pattern
+    if pattern is not None:
+        parts: list[tuple[str, int]] = []
+        for name, value in sorted(env.items()):
+            count = _count(value) if pattern.search(name) else None
+            if count is not None:
+                parts.append((name, count))
+        if parts:
+            return World(sum(c for _, c in parts), "env " + " + ".join(f"{n}={c}" for n, c in parts))
+    return SINGLE
+
+
+def tensor_parallel(facts: PodFacts, rules: Rules) -> tuple[int, str] | None:
+    """The tensor-parallel degree a container states (env or command line), and where; None when none does."""
+    settings = rules.tensor_parallel
+    if not settings.env and not settings.args:
+        return None
+    for container in podview.containers(facts.pod):
+        env = podview.container_env(container)
+        for name in settings.env:
+            value = env.get(name)
+            if value is not None and value.strip().isdigit():
+                return int(value), f"env {name}={value.strip()}"
+        words = [w for key in ("command", "args") for w in podview.as_list(container.get(key)) if isinstance(w, str)]
+        line = " ".join(words)
+        for pattern in settings.args:
+            match = pattern.search(line)
+            if match and match.group(1):
+                return int(match.group(1)), f"{match.group(0).strip()} in container \"{container.get('name', '?')}\""
+    return None

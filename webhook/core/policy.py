@@ -1,0 +1,281 @@
+"""Validation: from a profile to findings, each with a message that says exactly what to add or change.
+
+Deny findings are the hard rules (under-specified or impossible GPU requests, a priority class the workload
+class may not take); warn findings are advice (host memory, PCIe tensor parallelism, QoS of training).
+Whether a deny finding rejects the pod is the mode's business (see `admission`), not this module's.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any, Mapping
+
+from . import names, podview
+from .findings import Finding, deny, warn
+from .models import bigger_models, known_models, models_of
+from .profile import Profile
+from .quantity import QuantityError, format_bytes, parse_quantity
+from .rules import GpuModel, Rules
+
+
+def _vendor(profile: Profile) -> str | None:
+    return profile.vendors[0] if len(profile.vendors) == 1 else None
+
+
+def model_fix(rules: Rules, vendor: str | None) -> str:
+    model = models_of(rules, vendor)[0]
+    key = rules.model_keys[0]
+    known = _cluster_models(rules) or f'known {vendor + " " if vendor else ""}models: {known_models(rules, vendor)}'
+    return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
+            f'"{names.GPU_MODEL}: {model.name}" ({known})')
+
+
+# -- the cluster's nodes: what webhook.core.catalog merged into Rules.nodes (None offline or without a node watch) ----
+
+def _cluster_models(rules: Rules, limit: int = 4) -> str | None:
+    """"this cluster has a100-80g (3 nodes x 8 GPUs), ..." (a few: the API server cuts long warnings)."""
+    if rules.nodes is None:
+        return None
+    present = rules.nodes.present
+    if not present:
+        return "this cluster has no node that publishes a GPU model"
+    listed = [f"{name} ({what})" for name, what in list(present.items())[:limit]]
+    more = f" and {len(present) - limit} more" if len(present) > limit else ""
+    return f"this cluster has {', '.join(listed)}{more}"
+
+
+def _model_not_in_cluster(profile: Profile, rules: Rules) -> Finding | None:
+    """A model the catalog knows but no node has: the pod would stay Pending (a warning, as an autoscaled pool
+    may be empty right now; the rules' nodeCatalog.modelWithoutNodes: deny makes it a denial)."""
+    if rules.nodes is None or not profile.models or any(m.name in rules.nodes.present for m in profile.models):
+        return None
+    message = (f"no node of this cluster has GPU model {profile.model_name} ({profile.model_source}), so the pod "
+               f"stays Pending until one joins; {_cluster_models(rules)}")
+    return deny("gpu-model-not-in-cluster", message) if rules.nodes.absent_severity == "deny" else \
+        warn("gpu-model-not-in-cluster", message)
+
+
+_EXAMPLE_GIB = (40, 20, 16, 12, 8, 4, 2, 1)
+
+
+def example_memory(model: GpuModel | None) -> str:
+    """A per-GPU memory need to show in a hint: a round figure that a card of ``model`` holds with room to spare."""
+    if model is None:
+        return "40Gi"
+    return next((f"{g}Gi" for g in _EXAMPLE_GIB if g * 2**30 <= model.memory * Decimal("0.6")), "1Gi")
+
+
+def memory_fix(rules: Rules, model: GpuModel | None) -> str:
+    precision = "bf16" if "bf16" in rules.precisions else next(iter(rules.precisions))
+    example = model or models_of(rules, None)[0]
+    return (f'add annotation "{names.GPU_MEMORY}: {example_memory(example)}" (per GPU), or '
+            f'"{names.MODEL_PARAMS}: 7B" with "{names.MODEL_PRECISION}: {precision}"')
+
+
+def parallel_size(needed: int, node_gpus: int) -> int:
+    """The GPU count to suggest for ``needed`` cards: the next power of two (the sizes tensor parallelism
+    takes), or the whole node when that is all a node has."""
+    size = 1
+    while size < needed:
+        size *= 2
+    return size if size <= node_gpus or needed > node_gpus else node_gpus
+
+
+def _node_gpus(profile: Profile) -> int | None:
+    """GPUs one node holds where the pod can run: the instance type's, else the largest node of its models."""
+    if profile.choice is not None and profile.choice.node_gpus is not None:
+        return profile.choice.node_gpus
+    return max((m.gpus_per_node for m in profile.models), default=None)
+
+
+def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
+    """Is the model named, known, of the vendor asked for, and not contradicted?"""
+    found: list[Finding] = []
+    vendor = _vendor(profile)
+    choice = profile.choice
+    model_needed = not (profile.is_mig and not rules.mig_needs_model)
+    if choice is None:
+        if model_needed:  # DRA: GPUs taken through claims are named in the claim
+            fix = profile.claimed.model_fix(rules) if profile.claimed is not None else model_fix(rules, vendor)
+            found.append(deny("gpu-model-missing",
+                              f"{profile.gpu_text()} says how many GPUs but not which model: {fix}"))
+        return found
+    if choice.unknown:
+        what = (f'GPU model "{choice.unknown[0]}"' if len(choice.unknown) == 1
+                else "GPU models " + ", ".join(f'"{u}"' for u in choice.unknown))
+        verb = "is" if len(choice.unknown) == 1 else "are"
+        cluster = _cluster_models(rules)
+        found.append(deny("gpu-model-unknown", f"{what} ({choice.source}) {verb} not in the catalog" + (
+            f" nor on any node; {cluster}" if cluster else
+            f"; known {vendor + ' ' if vendor else ''}models: {known_models(rules, vendor)}")))
+    wrong = [m for m in choice.models if m.vendor not in profile.vendors] if profile.vendors else []
+    if wrong:
+        asked = " and ".join(r for r in sorted(profile.gpus) if rules.vendor_of(r))
+        found.append(deny("gpu-vendor-mismatch",
+                          f"{asked} asks for {'/'.join(profile.vendors)} GPUs but {choice.source} names "
+                          f"{', '.join(f'{m.name} ({m.vendor})' for m in wrong)}; name one of the {'/'.join(profile.vendors)} "
+                          f"models instead: {model_fix(rules, vendor)}"))
+    absent = _model_not_in_cluster(profile, rules)
+    if absent is not None:
+        found.append(absent)
+    pinned = profile.pinned
+    if profile.hints.gpu_model and pinned is not None and choice.models and pinned.models:
+        if choice.models[0] not in pinned.models:
+            found.append(deny("gpu-model-conflict",
+                              f'annotation {names.GPU_MODEL} says "{profile.hints.gpu_model}" but '
+                              f'{pinned.source} pins "{pinned.written}" '
+                              f"({', '.join(m.name for m in pinned.models)}); keep one of them"))
+    return found
+
+
+def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[list[Finding], list[Finding]]:
+    """(denials, warnings) of the memory need against the GPUs of ``model`` the pod gets."""
+    denials: list[Finding] = []
+    notes: list[Finding] = []
+    per_gpu = profile.memory_per_gpu
+    memory = profile.card_memory
+    if per_gpu is None or memory is None or profile.is_mig or per_gpu <= 0:
+        return denials, notes
+    vendor = _vendor(profile)
+    card = format_bytes(memory)
+    name = profile.card_name
+    basis = profile.memory_basis
+    count = profile.gpu_count
+    if basis is None or basis[0] != "params":
+        if per_gpu > memory:
+            bigger = bigger_models(rules, per_gpu, vendor)
+            advice = f"use a model with more memory ({bigger})" if bigger else "shard the model further"
+            denials.append(deny("gpu-memory-exceeds",
+                                f"needs {format_bytes(per_gpu)} of GPU memory per GPU ({profile.memory_source}) but "
+                                f"a {name} holds {card}; {advice}"))
+        return denials, notes
+    total = profile.memory_total
+    assert total is not None
+    world = profile.world
+    pod_cards = max(count, 1)
+    if per_gpu > memory:
+        needed = max(1, math.ceil(total / memory))
+        node_gpus = _node_gpus(profile) or model.gpus_per_node
+        if world.pods > 1:
+            bigger = bigger_models(rules, per_gpu, vendor)
+            advice = (f"use a model with more memory per card ({bigger})" if bigger
+                      else "use more pods or more GPUs per pod")
+            denials.append(deny("gpu-memory-exceeds",
+                                f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}); even sharded "
+                                f"over all {profile.job_gpus} GPUs of the job ({world.pods} pods from "
+                                f"{world.source}, {pod_cards} GPU{'' if pod_cards == 1 else 's'} each) that is "
+                                f"{format_bytes(per_gpu)} per GPU, more than a {name} holds ({card}); {needed} of them "
+                                f"would hold it: {advice}"))
+            return denials, notes
+        domain = "one node, one NVLink domain" if model.interconnect == "nvlink" else "on one node"
+        advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({domain})"
+        if needed > node_gpus:
+            bigger = bigger_models(rules, total / node_gpus, vendor)
+            advice = (f"that is {needed} GPUs, more than the {node_gpus} one {model.name} node holds; "
+                      + (f"use a model with more memory per card ({bigger})" if bigger
+                         else "shard the model over several pods"))
+        denials.append(deny("gpu-memory-exceeds",
+                            f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}) but {pod_cards} x "
+                            f"{model.name} give {format_bytes(memory * pod_cards)}; {advice}"))
+        return denials, notes
+    if world.pods > 1 and total > memory * pod_cards:
+        notes.append(warn("gpu-memory-sharded",
+                          f"needs {format_bytes(total)} of GPU memory ({profile.memory_source}), more than the "
+                          f"pod's {pod_cards} x {model.name} hold ({format_bytes(memory * pod_cards)}); it fits only "
+                          f"sharded over all {profile.job_gpus} GPUs of the job ({world.pods} pods from "
+                          f"{world.source}), {format_bytes(per_gpu)} per GPU"))
+    return denials, notes
+
+
+def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[Finding]]:
+    """(denials, warnings) about the GPUs: model, memory, count."""
+    found = _model_findings(profile, rules)
+    if not profile.memory_stated:
+        fix = profile.claimed.memory_fix() if profile.claimed is not None else memory_fix(rules, profile.model)
+        found.append(deny("gpu-memory-missing",
+                          f"{profile.gpu_text()} does not say how much GPU memory it needs: {fix}"))
+    model = profile.model
+    if model is None or profile.is_mig or any(f.code == "gpu-vendor-mismatch" for f in found):
+        return found, []
+    count = profile.gpu_count
+    node_gpus = _node_gpus(profile) or model.gpus_per_node
+    sliced = profile.choice is not None and profile.choice.device_memory is not None
+    if count > node_gpus and not sliced:
+        found.append(deny("gpu-count-exceeds-node",
+                          f"{count} GPUs in one pod, but one {model.name} node holds {node_gpus}; split the work over "
+                          f"several pods (one per node) or use fewer GPUs"))
+    denials, notes = _memory_findings(profile, rules, model)
+    return found + denials, notes
+
+
+def _priority_finding(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> Finding | None:
+    name = podview.spec(pod).get("priorityClassName")
+    policy = rules.classes.get(profile.workload)
+    if not isinstance(name, str) or not name or policy is None or name in policy.allowed_priority_classes:
+        return None
+    default = f" (or leave it empty and {policy.priority_class.name} is used)" if policy.priority_class else ""
+    return deny("priority-class-not-allowed",
+                f'priorityClassName "{name}" is not allowed for {profile.workload} pods; use one of '
+                f'{", ".join(sorted(policy.allowed_priority_classes))}{default}')
+
+
+def _host_memory_findings(pod: Mapping[str, Any], profile: Profile) -> list[Finding]:
+    found = []
+    spec = podview.spec(pod)
+    for kind, index in sorted(profile.accelerator_containers):
+        container = spec[kind][index]
+        requests, limits = podview.resources(container)
+        if "memory" not in requests and "memory" not in limits:
+            found.append(warn("host-memory-request-missing",
+                              f'container "{container.get("name", "?")}" uses GPUs but requests no host memory; '
+                              f"set resources.requests.memory so the node can stage the model (else OOMKilled)"))
+    return found
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except QuantityError:
+        return False
+
+
+def _qos_finding(pod: Mapping[str, Any]) -> Finding | None:
+    """Guaranteed QoS: every container has cpu and memory limits, and requests (if given) equal them."""
+    for container in podview.all_containers(pod):
+        requests, limits = podview.resources(container)
+        for resource in ("cpu", "memory"):
+            if resource not in limits or (resource in requests and not _same(requests[resource], limits[resource])):
+                return warn("training-not-guaranteed",
+                            f'training pod is not Guaranteed QoS (container "{container.get("name", "?")}" '
+                            f"{resource}): set requests equal to limits so it is not evicted first")
+    return None
+
+
+def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Finding]:
+    """Every finding for ``pod``: deny findings first (in a stable order), then warnings."""
+    found: list[Finding] = list(profile.problems)
+    if profile.gpu_count:
+        denials, notes = _gpu_findings(profile, rules)
+        found.extend(denials)
+        found.extend(notes)
+    priority = _priority_finding(pod, profile, rules)
+    if priority:
+        found.append(priority)
+    if profile.gpu_count:
+        if rules.warn_missing_host_memory:
+            found.extend(_host_memory_findings(pod, profile))
+        model = profile.model
+        parallel = profile.tensor_parallel
+        if (rules.warn_tensor_parallel_over_pcie and model is not None and model.interconnect == "pcie"
+                and parallel is not None and parallel[0] > 1 and profile.gpu_count > 1):
+            found.append(warn("tensor-parallel-over-pcie",
+                              f"the model is split over {parallel[0]} {model.name} cards joined only by PCIe "
+                              f"({parallel[1]}); tensor parallelism will be slow, prefer an NVLink model or fewer, "
+                              f"larger cards"))
+    policy = rules.classes.get(profile.workload)
+    if policy is not None and policy.warn_guaranteed_qos:
+        qos = _qos_finding(pod)
+        if qos:
+            found.append(qos)
+    return sorted(found, key=lambda f: f.severity != "deny")

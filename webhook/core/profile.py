@@ -1,0 +1,365 @@
+"""The resource profile: how many accelerators of which model, how much GPU memory, preemptible, multi-node.
+
+GPU counts follow the scheduler's effective-request rule, so the profile agrees with what the pod will
+actually hold: init containers run one at a time before the app containers, except restartable (sidecar) init
+containers that keep running beside everything started after them. The model and memory come from wherever the
+pod states them (`webhook.core.models`); a distributed job's memory need is spread over all its GPUs
+(`webhook.core.parallelism`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable, Iterator, Mapping
+
+from . import names, podview
+from .classify import Classification, classify
+from .dra import claims as dra
+from .findings import Finding, deny
+from .hints import Hints, read_hints
+from .models import MemoryStatement, ModelChoice, annotated_models, pinned_models, stated_memory
+from .parallelism import SINGLE, World, tensor_parallel, world_of
+from .podview import PodFacts
+from .quantity import QuantityError, format_bytes, parse_quantity
+from .rules import GpuModel, Rules
+
+_GB = Decimal(10**9)
+
+
+# The per-request records (this, Hints, Classification, Finding, Verdict, AdmissionRequest) are plain dataclasses
+# that nothing modifies once built. Not frozen: a frozen dataclass sets every field through object.__setattr__,
+# about four times the construction cost. Not slots=True either: that makes dataclasses build a new class, which
+# mypyc cannot compile as a native class, so every construction ran a generated __init__ in the interpreter.
+@dataclass
+class Profile:
+    classification: Classification
+    hints: Hints
+    gpus: Mapping[str, int]                 # effective pod request per accelerator resource name
+    mig_memory: Decimal | None              # memory a MIG slice brings, when every accelerator is a MIG slice
+    model: GpuModel | None                  # the model judged against: the smallest of those the pod allows
+    model_name: str | None                  # as the user wrote it
+    model_source: str | None                # "annotation ai-admission.io/gpu-model", "nodeSelector gpu-type", ...
+    memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold (the job's GPUs all used)
+    memory_total: Decimal | None            # bytes over all the job's cards (the pod's, for a single pod)
+    memory_basis: MemoryBasis | None        # how the need was worked out (see memory_source)
+    preemptible: bool
+    multi_node: bool
+    multi_node_reason: str | None
+    facts: PodFacts = field(repr=False, compare=False)  # the pod's parts as read once, for later steps
+    problems: tuple[Finding, ...] = field(default=())
+    accelerator_containers: tuple[ContainerKey, ...] = ()  # init containers first, each list in order
+    pinned_model: str | None = None          # what the pod's own nodeSelector/affinity pins, if anything
+    pinned_where: str | None = None
+    choice: ModelChoice | None = None        # every model the pod allows, and the names that are not models
+    pinned: ModelChoice | None = None        # the node selection's choice (for conflicts with the annotation)
+    memory_stated: bool = False              # the pod says its memory need (possibly as a share of the card)
+    world: World = field(default_factory=lambda: SINGLE)  # the pods of the pod's job
+    tensor_parallel: tuple[int, str] | None = None  # degree and where the pod says it
+    vendors: tuple[str, ...] = ()            # GPU vendors of the accelerator resources asked for (sorted)
+
+    @property
+    def models(self) -> tuple[GpuModel, ...]:
+        return self.choice.models if self.choice else (() if self.model is None else (self.model,))
+
+    @property
+    def card_memory(self) -> Decimal | None:
+        """Memory of each GPU device the pod gets: a MIG slice's when its node label names one, else the card's."""
+        if self.choice is not None and self.choice.device_memory is not None:
+            return self.choice.device_memory
+        return self.model.memory if self.model is not None else None
+
+    @property
+    def card_name(self) -> str:
+        """What one GPU device of the pod is, for messages ("h100-80g card", "a100-80g MIG 1g.10gb slice")."""
+        model = self.model.name if self.model is not None else "?"
+        if self.choice is not None and self.choice.device_memory is not None:
+            return f"{model} {self.choice.device}"
+        return f"{model} card"
+
+    @property
+    def job_gpus(self) -> int:
+        """GPUs of the whole job (this pod's times the job's pods): what a sharded model is spread over."""
+        return max(self.gpu_count, 1) * self.world.pods
+    claimed: dra.Claimed | None = None       # GPUs taken through DRA claims (see webhook.core.dra)
+
+    @property
+    def memory_source(self) -> str | None:
+        """How the memory need was worked out, for messages ("annotation ...=40Gi per GPU")."""
+        return _explain_memory(self.memory_basis)
+
+    @property
+    def workload(self) -> str:
+        return self.classification.workload
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(self.gpus.values())
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_memory is not None
+
+    def gpu_text(self) -> str:
+        return ", ".join(f"{count} {name}" for name, count in sorted(self.gpus.items())) or "no accelerators"
+
+
+_ABSENT: Any = object()
+
+
+def _plain_count(request: Any, limit: Any) -> int | None:
+    """The device count when it is written the usual way ("1", 8, request absent or equal); else None, and
+    the exact check (quantities, mismatches, fractions) in `_accelerator_amounts` decides."""
+    value = request if limit is _ABSENT else limit
+    if type(value) is str and value.isascii() and value.isdigit():
+        count = int(value)
+    elif type(value) is int and value >= 0:
+        count = value
+    else:
+        return None
+    if limit is not _ABSENT and request is not _ABSENT and request != limit:
+        return None
+    return count
+
+
+def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Callable[[], str],
+                         problems: list[Finding]) -> tuple[dict[str, int], bool]:
+    """Accelerators one container asks for, and whether it names one with a malformed amount.
+
+    For extended resources the limit is the request; both given must agree. ``where`` names the container in
+    messages (built only when there is something to say).
+    """
+    res = container.get("resources")
+    if not isinstance(res, dict):
+        return {}, False
+    requests = podview.as_dict(res.get("requests"))
+    limits = podview.as_dict(res.get("limits"))
+    amounts: dict[str, int] = {}
+    malformed = False
+    for name in requests.keys() | limits.keys():
+        if not rules.is_accelerator(name):
+            continue
+        count = _plain_count(requests.get(name, _ABSENT), limits.get(name, _ABSENT))
+        if count is not None:
+            if count:
+                amounts[name] = count
+            continue
+        try:
+            request = parse_quantity(requests[name]) if name in requests else None
+            limit = parse_quantity(limits[name]) if name in limits else None
+        except QuantityError as exc:
+            problems.append(deny("invalid-quantity", f"{where()}: resources for {name}: {exc}"))
+            malformed = True
+            continue
+        if request is not None and limit is not None and request != limit:
+            problems.append(deny("gpu-request-limit-mismatch",
+                                 f"{where()}: {name} request ({requests[name]}) and limit ({limits[name]}) differ; "
+                                 f"accelerators cannot be overcommitted, so set both to the same whole number"))
+        value = limit if limit is not None else request
+        assert value is not None
+        if value != value.to_integral_value() or value < 0:
+            problems.append(deny("invalid-quantity", f"{where()}: {name} must be a whole number of devices, not {value}"))
+            malformed = True
+            continue
+        if value:
+            amounts[name] = int(value)
+    return amounts, malformed
+
+
+ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
+
+
+def _asking(facts: PodFacts, kind: str, rules: Rules, problems: list[Finding],
+            users: list[ContainerKey]) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:
+    """(container, accelerator amounts) for each container of ``kind``; records in ``users`` those that ask."""
+    label = "init container" if kind == "initContainers" else "container"
+    for index, container in enumerate(podview.as_list(facts.spec.get(kind))):
+        if not isinstance(container, dict):
+            continue
+        amounts, malformed = _accelerator_amounts(
+            container, rules, lambda: f'{label} "{container.get("name", "?")}"', problems)
+        if amounts or malformed:
+            users.append((kind, index))
+        yield container, amounts
+
+
+def effective_gpus(facts: PodFacts, rules: Rules,
+                   problems: list[Finding]) -> tuple[dict[str, int], tuple[ContainerKey, ...]]:
+    """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it).
+
+    Also returns which containers ask for an accelerator (``nvidia.com/gpu: 0`` does not; a malformed amount
+    does, so it is never silently treated as none), init containers first, so later steps need not parse the
+    resources again.
+    """
+    users: list[ContainerKey] = []
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    if facts.spec.get("initContainers"):
+        for container, amounts in _asking(facts, "initContainers", rules, problems, users):
+            if podview.is_sidecar(container):
+                for name, count in amounts.items():
+                    sidecars[name] = sidecars.get(name, 0) + count
+            else:
+                for name in {*amounts, *sidecars}:
+                    init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
+    app: dict[str, int] = dict(sidecars)
+    for _, amounts in _asking(facts, "containers", rules, problems, users):
+        for name, count in amounts.items():
+            app[name] = app.get(name, 0) + count
+    if not init_peak:
+        return app, tuple(users)
+    result = {name: max(app.get(name, 0), init_peak.get(name, 0)) for name in {*app, *init_peak}}
+    return {name: count for name, count in result.items() if count > 0}, tuple(users)
+
+
+def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
+    """Memory per slice when every accelerator is a MIG slice of one size (nvidia.com/mig-1g.10gb -> 10 GB)."""
+    if not gpus or rules.mig_pattern is None:
+        return None
+    sizes = set()
+    for name in gpus:
+        match = rules.mig_pattern.match(name)
+        if not match or "mem" not in match.groupdict():
+            return None
+        sizes.add(Decimal(match.group("mem")) * _GB)
+    return min(sizes)
+
+
+# How the GPU memory need was worked out, kept as data: the sentence is written only if a message needs it.
+MemoryBasis = tuple[Any, ...]
+
+
+def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int, mig_memory: Decimal | None,
+                 stated: MemoryStatement | None, model: GpuModel | None,
+                 world: World) -> tuple[Decimal | None, Decimal | None, MemoryBasis | None]:
+    """(per GPU, total, basis) of the GPU memory the pod needs, or Nones when it does not say.
+
+    A model size is spread over every GPU of the job (``world.pods`` pods of ``gpu_count`` each): the need when
+    the model is fully sharded. A need stated per GPU is per GPU whatever the job's size.
+    """
+    cards = max(gpu_count, 1)
+    if hints.gpu_memory is not None:
+        return hints.gpu_memory, hints.gpu_memory * cards, ("annotation", hints.gpu_memory)
+    if hints.model_params is not None and hints.model_precision is not None:
+        policy = rules.classes.get(workload)
+        factor = policy.memory_factor if policy else Decimal(1)
+        per_param = rules.precisions[hints.model_precision]
+        total = Decimal(hints.model_params) * per_param * factor
+        basis = ("params", hints.model_params, per_param, hints.model_precision, factor, workload)
+        return total / (cards * world.pods), total, basis
+    if stated is not None:
+        if stated.per_gpu is not None:
+            return stated.per_gpu, stated.per_gpu * cards, ("stated", stated.per_gpu, stated.source)
+        if stated.percent is not None and model is not None:
+            per_gpu = model.memory * stated.percent / 100
+            return per_gpu, per_gpu * cards, ("percent", stated.percent, stated.source, model.name)
+        return None, None, None
+    if mig_memory is not None:
+        return mig_memory, mig_memory * gpu_count, ("mig",)
+    return None, None, None
+
+
+def _explain_memory(basis: MemoryBasis | None) -> str | None:
+    if basis is None:
+        return None
+    if basis[0] == "annotation":
+        return f"annotation {names.GPU_MEMORY}={format_bytes(basis[1])} per GPU"
+    if basis[0] == "stated":
+        return f"{basis[2]}, {format_bytes(basis[1])} per GPU"
+    if basis[0] == "percent":
+        return f"{basis[2]} of a {basis[3]} card"
+    if basis[0] == "claim":  # DRA: the selector of a claim, ("claim", per GPU, where)
+        return f"{basis[2]} per GPU"
+    if basis[0] == "params":
+        _, params, per_param, precision, factor, workload = basis
+        explanation = f"{_params_text(params)} params x {per_param.normalize():f} bytes ({precision})"
+        if factor != 1:
+            explanation += f" x {factor.normalize():f} ({workload} memory factor)"
+        return explanation
+    return "implied by the MIG profile"
+
+
+def _params_text(params: int) -> str:
+    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M")):
+        if params >= scale:
+            return f"{Decimal(params) / scale:.1f}".rstrip("0").rstrip(".") + suffix
+    return str(params)
+
+
+def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str, world: World) -> tuple[bool, str | None]:
+    """Whether the pod is one of several pods of one job (they talk over the network, NCCL between nodes)."""
+    if hints.multi_node is not None:
+        return hints.multi_node, f"annotation {names.MULTI_NODE}={str(hints.multi_node).lower()}"
+    if world.pods > 1:
+        return True, f"{world.pods} pods ({world.source})"
+    if workload == "training":
+        replica_type = facts.labels.get("training.kubeflow.org/replica-type", "")
+        if replica_type.lower() in rules.multi_node_replica_types:
+            return True, f"replica type {replica_type}"
+    return False, None
+
+
+def _choose_model(hints: Hints, facts: PodFacts, rules: Rules,
+                  pinned: ModelChoice | None) -> tuple[ModelChoice | None, str | None, str | None]:
+    """(choice, name as written, where): the annotation first, then the node selection, then a sharing
+    scheduler's annotation."""
+    if hints.gpu_model:
+        model = rules.find_model(hints.gpu_model)
+        choice = ModelChoice(written=hints.gpu_model, source=f"annotation {names.GPU_MODEL}",
+                             models=(model,) if model else (), unknown=() if model else (hints.gpu_model,))
+        return choice, choice.written, choice.source
+    chosen = pinned or annotated_models(facts, rules)
+    if chosen is None:
+        return None, None, None
+    return chosen, chosen.written, chosen.source
+
+
+def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource | None = None, *,
+                  world: World | None = None) -> Profile:
+    """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised.
+
+    ``world``: the job's size when the caller knows it better than the pod's env (a controller's template, whose
+    operator has not injected its env yet). ``claims`` finds the ResourceClaims and templates of the pod's
+    namespace (DRA); without it, or for a claim it does not know, GPUs taken through claims are not seen.
+    """
+    facts = PodFacts(pod)
+    hints = read_hints(facts, rules)
+    problems: list[Finding] = list(hints.problems)
+    gpus, users = effective_gpus(facts, rules, problems)
+    mig_memory = _mig_memory(gpus, rules)
+    claimed = dra.claimed_gpus(facts, rules, claims)  # DRA: GPUs the pod takes through claims
+    if claimed is not None:
+        gpus, users, mig_memory = claimed.joined(gpus, users, mig_memory)
+    classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
+    workload = classification.workload
+    pinned = pinned_models(facts, rules) if gpus else None
+    if claimed is not None:  # DRA: a claim's selector pins the model where the pod's own nodeSelector does not
+        pinned = claimed.pinned(pinned, rules)
+        problems.extend(claimed.problems)
+    choice, model_name, model_source = _choose_model(hints, facts, rules, pinned) if gpus else (None, None, None)
+    model = choice.smallest if choice else None
+    job = world if world is not None else (world_of(facts, rules) if gpus else SINGLE)
+    stated = stated_memory(facts, rules) if gpus else None
+    per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory, stated,
+                                                model, job)
+    if per_gpu is None and claimed is not None:  # DRA: the claims' annotations, else their selectors
+        per_gpu, total, memory_basis = _memory_need(claimed.hints, rules, workload, sum(gpus.values()), None, None,
+                                                    model, job)
+        if per_gpu is None:
+            per_gpu, total, memory_basis = claimed.memory_need(sum(gpus.values()))
+    policy = rules.classes.get(workload)
+    preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
+    multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload, job)
+    vendors = tuple(sorted({v for v in (rules.vendor_of(r) for r in gpus) if v}))
+    return Profile(
+        classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
+        model=model, model_name=model_name, model_source=model_source,
+        memory_per_gpu=per_gpu, memory_total=total, memory_basis=memory_basis,
+        preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
+        problems=tuple(problems), accelerator_containers=users,
+        pinned_model=pinned.written if pinned else None, pinned_where=pinned.source if pinned else None,
+        choice=choice, pinned=pinned,
+        memory_stated=per_gpu is not None or (stated is not None and stated.percent is not None),
+        world=job, tensor_parallel=tensor_parallel(facts, rules) if gpus else None, vendors=vendors,
+        facts=facts, claimed=claimed,
+    )

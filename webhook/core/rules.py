@@ -1,0 +1,684 @@
+"""Check a rules document against its schema and compile it into immutable objects (`webhook.config.rules_file`
+reads the file).
+
+Parsing happens at start-up (and on reload), never per request: the request path only reads these frozen
+dataclasses, with regular expressions compiled and the GPU catalog indexed by every name a model goes by.
+A bad file raises `RulesError` whose one-line message names the file, the path inside it and the problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from importlib import resources
+from typing import Any, Callable, Iterable, Mapping
+
+import jsonschema
+import yaml
+
+from webhook.core.dra.rules import DraRules, compile_dra
+
+from .quantity import QuantityError, parse_quantity
+
+WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
+MODES = ("deny", "warn", "audit")
+
+
+def _remembered(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``test`` with its answers remembered, for a bounded number of recent arguments (they come from requests)."""
+    return functools.lru_cache(maxsize=1024)(test)
+
+
+class RulesError(Exception):
+    """The rules file cannot be used. ``str()`` is one line: ``file: path: problem``."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One catalog entry: what a card of this model holds (as the device reports it) and how many share a node."""
+
+    name: str
+    memory: Decimal
+    interconnect: str
+    gpus_per_node: int
+    labels: Mapping[str, str]
+    vendor: str = "nvidia"
+    source: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def label_value(self, key: str) -> str:
+        """The node-label value naming this model under ``key`` (the catalog name when the key is not listed)."""
+        return self.labels.get(key, self.name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every name the model goes by: catalog name, node-label values, aliases."""
+        return (self.name, *self.labels.values(), *self.aliases)
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """A cloud instance type: which GPU model it carries, how many, and its network fabric (None: not known)."""
+
+    name: str
+    model: GpuModel
+    gpus: int
+    fabric: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuNameEntry:
+    """A provisioner's short GPU name (Karpenter: "a100") with the memory the cloud API states for it."""
+
+    name: str
+    memory_mib: int | None
+    model: GpuModel
+
+
+@dataclass(frozen=True)
+class GpuNameLabels:
+    name_key: str
+    memory_key: str | None
+    entries: tuple[GpuNameEntry, ...]
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """Which network fabric a pod's nodes have, and the NCCL env for each fabric (see rules `fabrics`)."""
+
+    default: str = "unknown"
+    by_model: Mapping[str, str] = field(default_factory=dict)
+    by_node_label: tuple[tuple[str, frozenset[str] | None, str], ...] = ()  # (key, values or any, fabric)
+    env: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorldSettings:
+    """Where the number of pods of a distributed job is read from (see rules `worldSize`)."""
+
+    nodes_env: tuple[str, ...] = ()
+    processes_env: str | None = None
+    processes_per_node_env: str | None = None
+    nodes_env_sum_pattern: re.Pattern[str] | None = None
+
+
+@dataclass(frozen=True)
+class TensorParallelSettings:
+    env: tuple[str, ...] = ()
+    args: tuple[re.Pattern[str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PriorityClassSpec:
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ShmSpec:
+    per_gpu: Decimal
+    max: Decimal
+    without_memory_limit: Decimal
+
+
+@dataclass(frozen=True)
+class PodAffinitySpec:
+    topology_key: str
+    required: bool
+    weight: int
+
+
+@dataclass(frozen=True)
+class TopologySpreadSpec:
+    topology_keys: tuple[str, ...]
+    max_skew: int
+    when_unsatisfiable: str
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    scheduler_name: str
+    pod_group_annotation: str | None
+    pod_group_label: str | None
+
+
+@dataclass(frozen=True)
+class RdmaSpec:
+    resource: str
+    amount: int
+    ipc_lock: bool
+
+
+@dataclass(frozen=True)
+class ClassMutation:
+    """What /mutate adds to pods of one class; None or empty means that part is not added."""
+
+    shm: ShmSpec | None = None
+    nccl: bool = False  # the fabric's NCCL env for multi-node pods (see FabricSettings)
+    nccl_single_node: bool = False
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    pod_affinity: PodAffinitySpec | None = None
+    topology_spread: TopologySpreadSpec | None = None
+    gang: GangSpec | None = None
+    rdma: RdmaSpec | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    active_deadline_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class MutationSettings:
+    shm_volume_name: str = "ai-admission-shm"
+    shm_in_all_containers: bool = False
+    max_shm_fraction_of_memory_limit: Decimal = Decimal("0.5")
+    gpu_tolerations: bool = True
+    model_node_selector_key: str = "gpu-type"
+    job_labels: tuple[str, ...] = ()
+    app_labels: tuple[str, ...] = ()
+    record_profile: bool = True
+
+
+@dataclass(frozen=True)
+class ClassPolicy:
+    name: str
+    preemptible: bool
+    memory_factor: Decimal
+    priority_class: PriorityClassSpec | None
+    allowed_priority_classes: frozenset[str]
+    warn_guaranteed_qos: bool
+    mutate: ClassMutation = field(default_factory=ClassMutation)
+
+
+@dataclass(frozen=True)
+class LabelMatch:
+    key: str | None
+    key_pattern: re.Pattern[str] | None
+    values: frozenset[str] | None
+    value_pattern: re.Pattern[str] | None
+    # does key_pattern match this label key (remembered: a cluster uses a small vocabulary of label keys)
+    _key_matches: Callable[[str], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        pattern = self.key_pattern
+        object.__setattr__(self, "_key_matches", _remembered(lambda key: bool(pattern and pattern.search(key))))
+
+    def matches(self, labels: Mapping[str, str]) -> str | None:
+        """Return the matching ``key=value`` text, or None."""
+        if self.key is not None:
+            candidates = [(self.key, labels[self.key])] if self.key in labels else []
+        else:
+            candidates = [(k, v) for k, v in labels.items() if self._key_matches(k)]
+        for key, value in candidates:
+            value = value if isinstance(value, str) else str(value)
+            if self.values is not None and value not in self.values:
+                continue
+            if self.value_pattern is not None and not self.value_pattern.search(value):
+                continue
+            return f"{key}={value}" if value else key
+        return None
+
+
+@dataclass(frozen=True)
+class EnvMatch:
+    name: str | None
+    name_pattern: re.Pattern[str] | None
+    values: frozenset[str] | None
+    value_pattern: re.Pattern[str] | None
+    greater_than: float | None
+
+    def matches(self, env: Mapping[str, str | None]) -> str | None:
+        """``env`` maps names to literal values (None when set through valueFrom). Returns ``NAME=value``."""
+        if self.name is not None:
+            candidates = [(self.name, env[self.name])] if self.name in env else []
+        else:
+            assert self.name_pattern is not None
+            candidates = [(k, v) for k, v in env.items() if self.name_pattern.search(k)]
+        for name, value in candidates:
+            if self.values is not None and value not in self.values:
+                continue
+            if self.value_pattern is not None and (value is None or not self.value_pattern.search(value)):
+                continue
+            if self.greater_than is not None:
+                try:
+                    if value is None or not float(value) > self.greater_than:
+                        continue
+                except ValueError:
+                    continue
+            return f"{name}={value}" if value is not None else name
+        return None
+
+
+@dataclass(frozen=True)
+class OwnerMatch:
+    kind: str
+    api_group: str | None
+
+    def matches(self, owner: Mapping[str, Any]) -> bool:
+        if owner.get("kind") != self.kind:
+            return False
+        if self.api_group is None:
+            return True
+        api_version = str(owner.get("apiVersion", ""))
+        group = api_version.rpartition("/")[0]
+        return group == self.api_group
+
+
+@dataclass(frozen=True)
+class Signal:
+    workload: str
+    owners: tuple[OwnerMatch, ...]
+    labels: tuple[LabelMatch, ...]
+    env: tuple[EnvMatch, ...]
+    requires_accelerator: bool
+    index: int
+    # Cheap pre-checks, derived at load: the exact label keys and owner kinds the signal cannot match without.
+    label_keys: frozenset[str] = frozenset()
+    owner_kinds: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class SignalIndex:
+    """Which signals a pod can possibly match, found from its label keys and owner kinds instead of trying all.
+
+    A signal that names an exact label key is filed under one of them, else one that names owner kinds under
+    those; the rest (only patterns or env) are always tried. A pod's candidates come back in rule order, so
+    the first match still wins; the full check of each candidate is `classify`'s.
+    """
+
+    always: tuple[int, ...]
+    by_label: Mapping[str, tuple[int, ...]]
+    by_owner_kind: Mapping[str, tuple[int, ...]]
+
+    @classmethod
+    def build(cls, signals: tuple[Signal, ...]) -> SignalIndex:
+        always: list[int] = []
+        by_label: dict[str, list[int]] = {}
+        by_owner_kind: dict[str, list[int]] = {}
+        for signal in signals:
+            if signal.label_keys:
+                by_label.setdefault(min(signal.label_keys), []).append(signal.index)
+            elif signal.owner_kinds:
+                for kind in signal.owner_kinds:
+                    by_owner_kind.setdefault(kind, []).append(signal.index)
+            else:
+                always.append(signal.index)
+        return cls(always=tuple(always), by_label={k: tuple(v) for k, v in by_label.items()},
+                   by_owner_kind={k: tuple(v) for k, v in by_owner_kind.items()})
+
+    def candidates(self, label_keys: Iterable[str], owner_kinds: Iterable[str]) -> list[int]:
+        found = list(self.always)
+        by_label = self.by_label
+        for key in label_keys:
+            hits = by_label.get(key)
+            if hits:
+                found.extend(hits)
+        for kind in owner_kinds:
+            hits = self.by_owner_kind.get(kind)
+            if hits:
+                found.extend(hits)
+        return sorted(set(found))
+
+
+@dataclass(frozen=True)
+class NodeCatalog:
+    """What the cluster's nodes say about the catalog, merged into the rules by `webhook.core.catalog` (the static
+    catalog alone when no node watch runs): the models nodes have, and what a model no node has gets."""
+
+    present: Mapping[str, str]    # catalog model name -> what the cluster has of it ("3 nodes x 8 GPUs")
+    absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Everything the policy core reads; built by `compile_rules`, never mutated."""
+
+    source: str
+    default_class: str
+    default_mode: str
+    namespace_modes: Mapping[str, str]
+    gpu_resources: frozenset[str]
+    mig_pattern: re.Pattern[str] | None
+    mig_needs_model: bool
+    model_keys: tuple[str, ...]
+    precisions: Mapping[str, Decimal]
+    catalog: Mapping[str, GpuModel]
+    model_index: Mapping[str, GpuModel]
+    classes: Mapping[str, ClassPolicy]
+    signals: tuple[Signal, ...]
+    signal_index: SignalIndex
+    multi_node_replica_types: frozenset[str]
+    warn_missing_host_memory: bool
+    warn_tensor_parallel_over_pcie: bool
+    mutation: MutationSettings = field(default_factory=MutationSettings)
+    vendors: Mapping[str, str] = field(default_factory=dict)  # accelerator resource -> vendor
+    mig_vendor: str = "nvidia"
+    memory_resources: Mapping[str, Decimal] = field(default_factory=dict)  # resource -> bytes per unit, per GPU
+    memory_percent_resources: frozenset[str] = frozenset()
+    model_annotations: tuple[str, ...] = ()
+    model_label_suffix: re.Pattern[str] | None = None
+    memory_keys: tuple[str, ...] = ()
+    instance_type_keys: tuple[str, ...] = ()
+    instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
+    gpu_name_labels: GpuNameLabels | None = None
+    fabrics: FabricSettings = field(default_factory=FabricSettings)
+    world: WorldSettings = field(default_factory=WorldSettings)
+    tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
+    ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
+    dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
+    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
+    # is this resource name an accelerator (remembered: every container names cpu and memory)
+    is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_accelerator", _remembered(self._names_accelerator))
+
+    def find_model(self, name: str) -> GpuModel | None:
+        """The catalog model ``name`` stands for: a catalog name, alias or node-label value, compared without
+        case, also with GPU feature discovery's renaming undone (``-SHARED`` under time-slicing,
+        ``-MIG-1g.10gb`` in MIG mode) and with or without the ``NVIDIA-`` prefix old drivers left out."""
+        key = normalize_model_name(name)
+        found = self.model_index.get(key)
+        if found is None and self.model_label_suffix is not None:
+            stripped = self.model_label_suffix.sub("", str(name).strip())
+            if stripped != str(name).strip():
+                return self.find_model(stripped)
+        if found is None:
+            found = self.model_index.get(key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key)
+        return found
+
+    def vendor_of(self, resource: str) -> str | None:
+        """The GPU vendor an accelerator resource stands for (a MIG resource: the MIG vendor)."""
+        vendor = self.vendors.get(resource)
+        if vendor is None and self.mig_pattern is not None and self.mig_pattern.match(resource):
+            return self.mig_vendor
+        return vendor
+
+    def _names_accelerator(self, resource: Any) -> bool:
+        return isinstance(resource, str) and (
+            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
+            or resource in self.dra.extended_resources)
+
+
+def normalize_model_name(name: str) -> str:
+    """Model names compare case-insensitively with `_` and `-` alike (GFD uses `-`, some clusters `_`)."""
+    return str(name).strip().lower().replace("_", "-")
+
+
+def parse_rules(text: str, *, source: str = "<rules>") -> Rules:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "document"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RulesError(f"{source}: {where}: invalid YAML: {problem}") from exc
+    return compile_rules(document, source=source)
+
+
+def _schema() -> dict[str, Any]:
+    return json.loads((resources.files("webhook.core") / "rules.schema.json").read_text(encoding="utf-8"))
+
+
+_VALIDATOR: jsonschema.protocols.Validator | None = None
+
+
+def _validator() -> jsonschema.protocols.Validator:
+    global _VALIDATOR
+    if _VALIDATOR is None:
+        schema = _schema()
+        cls = jsonschema.validators.validator_for(schema)
+        _VALIDATOR = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return _VALIDATOR
+
+
+def _path(parts: Any) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _fail(source: str, path: Any, problem: str) -> RulesError:
+    return RulesError(f"{source}: {_path(path)}: {problem}")
+
+
+def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
+    """Check ``document`` against the schema and the cross-references, and build `Rules`."""
+    if not isinstance(document, dict):
+        raise RulesError(f"{source}: (top level): expected a mapping of rules, got {type(document).__name__}")
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    if error is not None:
+        message = error.message
+        if error.validator == "pattern" and "description" in error.schema:
+            message = f"{error.instance!r} is not {error.schema['description']}"
+        raise _fail(source, error.absolute_path, message)
+
+    classes = {name: _compile_class(name, spec, source) for name, spec in document["classes"].items()}
+    if document["defaultClass"] not in classes:
+        raise _fail(source, ["defaultClass"], f"{document['defaultClass']!r} is not one of {', '.join(WORKLOAD_CLASSES)}")
+
+    catalog, index = _compile_catalog(document["catalog"], source)
+    signals = tuple(_compile_signal(i, spec) for i, spec in enumerate(document["signals"]))
+    accelerators = document["accelerators"]
+    mig = accelerators.get("migPattern")
+    modes = document["modes"]
+    validation = document.get("validation") or {}
+    suffix = document.get("modelLabelSuffix")
+    return Rules(
+        source=source,
+        default_class=document["defaultClass"],
+        default_mode=modes["default"],
+        namespace_modes=dict(modes.get("namespaces") or {}),
+        gpu_resources=frozenset(accelerators["resources"]),
+        vendors=dict(accelerators["resources"]),
+        mig_pattern=re.compile(mig) if mig else None,
+        mig_vendor=accelerators.get("migVendor", "nvidia"),
+        mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
+        memory_resources={name: _quantity(unit, source, ["accelerators", "memoryResources", name])
+                          for name, unit in (accelerators.get("memoryResources") or {}).items()},
+        memory_percent_resources=frozenset(accelerators.get("memoryPercentResources") or ()),
+        model_annotations=tuple(accelerators.get("modelAnnotations") or ()),
+        model_label_suffix=re.compile(suffix) if suffix else None,
+        memory_keys=tuple(document.get("memoryKeys") or ()),
+        instance_type_keys=tuple(document.get("instanceTypeKeys") or ()),
+        instance_types=_compile_instance_types(document.get("instanceTypes") or {}, catalog, source),
+        gpu_name_labels=_compile_gpu_name_labels(document.get("gpuNameLabels"), catalog, source),
+        fabrics=_compile_fabrics(document.get("fabrics") or {}, catalog, source),
+        world=_compile_world(document.get("worldSize") or {}),
+        tensor_parallel=TensorParallelSettings(
+            env=tuple((document.get("tensorParallel") or {}).get("env") or ()),
+            args=tuple(re.compile(a) for a in (document.get("tensorParallel") or {}).get("args") or ())),
+        ray_train_pattern=re.compile(document["rayTrain"]) if document.get("rayTrain") else None,
+        model_keys=tuple(document["modelKeys"]),
+        precisions={k.lower(): Decimal(str(v)) for k, v in document["precisions"].items()},
+        catalog=catalog,
+        model_index=index,
+        classes=classes,
+        signals=signals,
+        signal_index=SignalIndex.build(signals),
+        multi_node_replica_types=frozenset(t.lower() for t in (document.get("multiNode") or {}).get("replicaTypes", [])),
+        warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
+        warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
+        mutation=_compile_mutation_settings(document.get("mutation") or {}),
+        dra=compile_dra(document.get("dra"), catalog=catalog,
+                        fail=lambda path, problem: _fail(source, ["dra", *path], problem)),
+        raw=document,
+    )
+
+
+def _quantity(value: Any, source: str, where: list[Any]) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except QuantityError as exc:
+        raise _fail(source, where, str(exc)) from exc
+
+
+def _compile_catalog(spec: Mapping[str, Any], source: str) -> tuple[dict[str, GpuModel], dict[str, GpuModel]]:
+    """The models by catalog name, and an index of every name a model goes by (normalised) to the model."""
+    catalog: dict[str, GpuModel] = {}
+    index: dict[str, GpuModel] = {}
+    for name, entry in spec.items():
+        model = GpuModel(name=name, memory=_quantity(entry["memory"], source, ["catalog", name, "memory"]),
+                         interconnect=str(entry["interconnect"]).lower(), gpus_per_node=int(entry["gpusPerNode"]),
+                         labels=dict(entry.get("labels") or {}), vendor=entry["vendor"],
+                         source=entry.get("source", ""), aliases=tuple(entry.get("aliases") or ()))
+        catalog[name] = model
+        for alias in model.names():
+            key = normalize_model_name(alias)
+            other = index.get(key)
+            if other is not None and other is not model:
+                raise _fail(source, ["catalog", name], f"name {alias!r} already names {other.name!r}")
+            index[key] = model
+    return catalog, index
+
+
+def _model_ref(name: str, catalog: Mapping[str, GpuModel], source: str, where: list[Any]) -> GpuModel:
+    model = catalog.get(name)
+    if model is None:
+        raise _fail(source, where, f"{name!r} is not a model of the catalog")
+    return model
+
+
+def _compile_instance_types(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel],
+                            source: str) -> dict[str, InstanceType]:
+    return {name: InstanceType(name=name, model=_model_ref(entry["model"], catalog, source, ["instanceTypes", name, "model"]),
+                               gpus=int(entry["gpus"]), fabric=entry.get("fabric"), source=entry["source"])
+            for name, entry in spec.items()}
+
+
+def _compile_gpu_name_labels(spec: Mapping[str, Any] | None, catalog: Mapping[str, GpuModel],
+                             source: str) -> GpuNameLabels | None:
+    if not spec:
+        return None
+    entries = tuple(GpuNameEntry(name=str(e["name"]).lower(), memory_mib=e.get("memoryMiB"),
+                                 model=_model_ref(e["model"], catalog, source, ["gpuNameLabels", "models", i, "model"]))
+                    for i, e in enumerate(spec.get("models") or ()))
+    return GpuNameLabels(name_key=spec["nameKey"], memory_key=spec.get("memoryKey"), entries=entries)
+
+
+def _compile_fabrics(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel], source: str) -> FabricSettings:
+    if not spec:
+        return FabricSettings()
+    env = {name: tuple((k, str(v)) for k, v in (values or {}).items()) for name, values in spec["env"].items()}
+    named = [("default", spec["default"])]
+    named += [(f"byModel.{m}", f) for m, f in (spec.get("byModel") or {}).items()]
+    named += [(f"byNodeLabel[{i}]", e["fabric"]) for i, e in enumerate(spec.get("byNodeLabel") or ())]
+    for where, fabric in named:
+        if fabric not in env:
+            raise _fail(source, ["fabrics", where], f"fabric {fabric!r} has no entry under fabrics.env")
+    for model in spec.get("byModel") or {}:
+        _model_ref(model, catalog, source, ["fabrics", "byModel", model])
+    return FabricSettings(
+        default=spec["default"], by_model=dict(spec.get("byModel") or {}),
+        by_node_label=tuple((e["key"], frozenset(e["values"]) if "values" in e else None, e["fabric"])
+                            for e in spec.get("byNodeLabel") or ()),
+        env=env)
+
+
+def _compile_world(spec: Mapping[str, Any]) -> WorldSettings:
+    pattern = spec.get("nodesEnvSumPattern")
+    return WorldSettings(nodes_env=tuple(spec.get("nodesEnv") or ()), processes_env=spec.get("processesEnv"),
+                         processes_per_node_env=spec.get("processesPerNodeEnv"),
+                         nodes_env_sum_pattern=re.compile(pattern) if pattern else None)
+
+
+def _compile_mutation_settings(spec: Mapping[str, Any]) -> MutationSettings:
+    defaults = MutationSettings()
+    return MutationSettings(
+        shm_volume_name=spec.get("shmVolumeName", defaults.shm_volume_name),
+        shm_in_all_containers=bool(spec.get("shmInAllContainers", defaults.shm_in_all_containers)),
+        max_shm_fraction_of_memory_limit=Decimal(str(spec.get("maxShmFractionOfMemoryLimit",
+                                                              defaults.max_shm_fraction_of_memory_limit))),
+        gpu_tolerations=bool(spec.get("gpuTolerations", defaults.gpu_tolerations)),
+        model_node_selector_key=spec.get("modelNodeSelectorKey", defaults.model_node_selector_key),
+        job_labels=tuple(spec.get("jobLabels", ())),
+        app_labels=tuple(spec.get("appLabels", ())),
+        record_profile=bool(spec.get("recordProfile", defaults.record_profile)),
+    )
+
+
+def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: str) -> ClassMutation:
+    def quantity(key: str, value: Any) -> Decimal:
+        try:
+            return parse_quantity(value)
+        except QuantityError as exc:  # the schema's pattern admits only quantities; kept for a clear message
+            raise _fail(source, [*where, "shm", key], str(exc)) from exc
+
+    shm = spec.get("shm")
+    affinity = spec.get("podAffinity")
+    spread = spec.get("topologySpread")
+    gang = spec.get("gang")
+    rdma = spec.get("rdma")
+    nccl = spec.get("nccl")
+    return ClassMutation(
+        shm=ShmSpec(per_gpu=quantity("perGpu", shm["perGpu"]), max=quantity("max", shm["max"]),
+                    without_memory_limit=quantity("withoutMemoryLimit", shm["withoutMemoryLimit"])) if shm else None,
+        nccl=nccl is not None,
+        nccl_single_node=bool((nccl or {}).get("singleNode", False)),
+        tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
+        pod_affinity=PodAffinitySpec(topology_key=affinity["topologyKey"], required=affinity.get("mode") == "required",
+                                     weight=int(affinity.get("weight", 100))) if affinity else None,
+        topology_spread=TopologySpreadSpec(topology_keys=tuple(spread["topologyKeys"]),
+                                           max_skew=int(spread.get("maxSkew", 1)),
+                                           when_unsatisfiable=spread.get("whenUnsatisfiable", "ScheduleAnyway"))
+        if spread else None,
+        gang=GangSpec(scheduler_name=gang["schedulerName"], pod_group_annotation=gang.get("podGroupAnnotation"),
+                      pod_group_label=gang.get("podGroupLabel")) if gang else None,
+        rdma=RdmaSpec(resource=rdma["resource"], amount=int(rdma.get("amount", 1)),
+                      ipc_lock=bool(rdma.get("ipcLock", True))) if rdma else None,
+        labels=dict(spec.get("labels") or {}),
+        annotations=dict(spec.get("annotations") or {}),
+        active_deadline_seconds=spec.get("activeDeadlineSeconds"),
+    )
+
+
+def _compile_class(name: str, spec: Mapping[str, Any], source: str) -> ClassPolicy:
+    pc = spec.get("priorityClass")
+    priority = None
+    if pc:
+        priority = PriorityClassSpec(name=pc["name"], value=int(pc["value"]),
+                                     preemption_policy=pc.get("preemptionPolicy", "PreemptLowerPriority"),
+                                     description=pc.get("description", ""))
+    allowed = set(spec.get("allowedPriorityClasses") or [])
+    if priority:
+        allowed.add(priority.name)
+    return ClassPolicy(name=name, preemptible=bool(spec["preemptible"]),
+                       memory_factor=Decimal(str(spec["memoryFactor"])), priority_class=priority,
+                       allowed_priority_classes=frozenset(allowed),
+                       warn_guaranteed_qos=bool(spec.get("warnGuaranteedQoS", False)),
+                       mutate=_compile_class_mutation(spec.get("mutate") or {}, ["classes", name, "mutate"], source))
+
+
+def _regex(value: str | None) -> re.Pattern[str] | None:
+    return re.compile(value) if value is not None else None
+
+
+def _compile_signal(index: int, spec: Mapping[str, Any]) -> Signal:
+    label_keys = frozenset(m["key"] for m in spec.get("labels", []) if "key" in m)
+    owner_kinds = frozenset(o["kind"] for o in spec.get("owners", []))
+    return Signal(
+        label_keys=label_keys,
+        owner_kinds=owner_kinds,
+        workload=spec["class"],
+        owners=tuple(OwnerMatch(kind=o["kind"], api_group=o.get("apiGroup")) for o in spec.get("owners", [])),
+        labels=tuple(
+            LabelMatch(key=m.get("key"), key_pattern=_regex(m.get("keyPattern")),
+                       values=frozenset(m["values"]) if "values" in m else None,
+                       value_pattern=_regex(m.get("valuePattern")))
+            for m in spec.get("labels", [])
+        ),
+        env=tuple(
+            EnvMatch(name=m.get("name"), name_pattern=_regex(m.get("namePattern")),
+                     values=frozenset(m["values"]) if "values" in m else None,
+                     value_pattern=_regex(m.get("valuePattern")), greater_than=m.get("greaterThan"))
+            for m in spec.get("env", [])
+        ),
+        requires_accelerator=bool(spec.get("requiresAccelerator", False)),
+        index=index,
+    )

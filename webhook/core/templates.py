@@ -1,0 +1,318 @@
+"""Pod templates of controllers and AI CRDs, each turned into the pod its controller will create.
+
+A Deployment or PyTorchJob is never seen by a pod webhook at ``kubectl apply --dry-run=server`` time, so its
+templates are judged here. Like Kyverno's autogen, each template becomes the pod it will produce (the owner
+kind and labels the controller adds, the env a framework plugin injects), and that pod goes through the one
+policy path: no second copy of the policy for templates. Which kinds exist, where their templates sit and what
+their controllers add is data (`webhook.core.kinds`, one entry per kind); this module walks that data.
+
+A distributed job's templates also say how many pods the job has (replica counts), which the pods themselves
+learn only from their operator's env once created: each template carries its job's world size, so a model
+sharded over the whole job is judged as such. Any other kind that holds a pod spec asking for an accelerator is
+found generically (a ``containers`` list anywhere in it) and judged too, marked as read generically.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from . import podview
+from .parallelism import World
+from .rules import Rules
+
+PodTemplate = Mapping[str, Any]
+Resolver = Callable[[str, str, str], "Mapping[str, Any] | None"]  # (kind, name, namespace) -> object, if known
+
+TEMPLATE = "template"   # the site holds a PodTemplateSpec
+POD_SPEC = "podspec"    # the site holds a bare PodSpec (its metadata comes from elsewhere)
+BUILT = "built"         # the site's pod spec is assembled from the kind's own fields by a builder
+
+
+@dataclass
+class Template:
+    """One pod template: where it sits in the object, and the pod it stands for."""
+
+    path: str
+    pod: dict[str, Any]
+    template: PodTemplate
+    world: World | None = None          # the pods of the job this template's pods belong to, when several
+    notes: tuple[str, ...] = ()         # what the reader of the verdict should know about how it was read
+    generic: bool = False               # found by shape in a kind ai-admission does not know
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The controller owner the pods get: ``{apiVersion}`` stands for the object's own apiVersion."""
+
+    api_version: str
+    kind: str
+    name: str = "{name}"
+
+
+@dataclass
+class Element:
+    """One place in the object a site matched: the object, the element there, and how it was reached."""
+
+    obj: Mapping[str, Any]
+    value: Mapping[str, Any]
+    path: str
+    key: str = ""
+    index: int = 0
+
+    @property
+    def name(self) -> str:
+        return str(podview.metadata(self.obj).get("name", ""))
+
+    def get(self, dotted: str) -> Any:
+        return dig(self.value, dotted)
+
+
+# A builder turns a site's element into a pod template (metadata + spec), or None when there is no pod there.
+Builder = Callable[[Element], "dict[str, Any] | None"]
+# How many pods a site's element makes, and how to say it, count included ("Worker 3"; "" for the default wording).
+Counter = Callable[[Element], "tuple[int, str]"]
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place in a kind where pod specs sit, and what its controller makes of them.
+
+    ``path`` leads from the object to the element(s): ``a.b`` descends, ``a.*`` takes every value of the map
+    ``a`` (binding ``{key}``), ``a[]`` every item of the list ``a`` (binding ``{index}`` and ``{item_name}``).
+    ``template`` is where the pod template (or bare pod spec) sits inside the element. ``labels``,
+    ``annotations`` and ``env`` are what the controller adds, as patterns over ``{name}``, ``{key}``,
+    ``{key_lower}``, ``{index}``, ``{item_name}`` and ``{world}`` (the job's pods). ``group`` names the pods
+    that form one job (the world size adds up the pods of the sites of a group that ask for accelerators).
+    """
+
+    path: str
+    owner: Owner
+    template: str = "template"
+    form: str = TEMPLATE
+    build: Builder | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    pods: Counter | None = None
+    group: str = "{name}"
+    describe: str = "{key}"     # how the site's pods are named in the world-size text
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind ai-admission reads: its API group, kind, plural resource, scope, and where its pods come from.
+
+    ``expand``, for the few kinds that are truly different (a Katib Experiment holds another kind's object),
+    replaces the walk over ``sites``.
+    """
+
+    group: str
+    kind: str
+    resource: str
+    sites: tuple[Site, ...] = ()
+    scope: str = "Namespaced"
+    expand: Callable[[Mapping[str, Any], Rules, Resolver | None], "list[Template]"] | None = None
+
+
+def dig(value: Any, dotted: str) -> Any:
+    """``value`` at a dotted path of map keys (None where something is missing or not a map)."""
+    for part in dotted.split(".") if dotted else ():
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _walk(value: Any, parts: list[str], path: str, element: Element) -> Iterator[Element]:
+    if not parts:
+        if isinstance(value, dict):
+            yield Element(element.obj, value, path, element.key, element.index)
+        return
+    part, rest = parts[0], parts[1:]
+    if part == "*":
+        for key, child in podview.as_dict(value).items():
+            yield from _walk(child, rest, f"{path}.{key}", Element(element.obj, {}, "", str(key), element.index))
+        return
+    if part.endswith("[]"):
+        field_name = part[:-2]
+        for index, child in enumerate(podview.as_list(podview.as_dict(value).get(field_name))):
+            yield from _walk(child, rest, f"{path}.{field_name}[{index}]".lstrip("."),
+                             Element(element.obj, {}, "", element.key, index))
+        return
+    yield from _walk(podview.as_dict(value).get(part), rest, f"{path}.{part}".lstrip("."), element)
+
+
+def elements(obj: Mapping[str, Any], path: str) -> Iterator[Element]:
+    """Every element of ``obj`` that ``path`` (see `Site`) leads to."""
+    yield from _walk(obj, path.split("."), "", Element(obj, {}, ""))
+
+
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+def fill(pattern: str, fields: Mapping[str, str]) -> str:
+    """``pattern`` with each ``{field}`` replaced; anything else (a literal "{}", an unknown name) stays as written."""
+    if "{" not in pattern:
+        return pattern
+    return _FIELD.sub(lambda m: fields.get(m.group(1), m.group(0)), pattern)
+
+
+def _fields(element: Element, world: int) -> dict[str, str]:
+    item = element.value
+    return {"name": element.name, "key": element.key, "key_lower": element.key.lower(), "index": str(element.index),
+            "item_name": str(item.get("name", element.index)), "world": str(world),
+            "api_version": str(element.obj.get("apiVersion", ""))}
+
+
+def _with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    present = set(podview.container_env(container))
+    added = [{"name": k, "value": v} for k, v in env.items() if k not in present]
+    return {**container, "env": [*podview.as_list(container.get("env")), *added]} if added else dict(container)
+
+
+def pod_from(obj: Mapping[str, Any], template: PodTemplate, *, owner: Owner, fields: Mapping[str, str],
+             labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+             env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The pod a controller makes from ``template``: its metadata plus what the controller adds."""
+    meta = podview.metadata(obj)
+    template_meta = podview.as_dict(template.get("metadata"))
+    pod_labels = {**podview.string_map(template_meta.get("labels")),
+                  **{k: fill(v, fields) for k, v in (labels or {}).items()}}
+    pod_annotations = {**{k: fill(v, fields) for k, v in (annotations or {}).items()},
+                       **podview.string_map(template_meta.get("annotations"))}
+    spec = dict(podview.as_dict(template.get("spec")))
+    if env:
+        values = {k: fill(v, fields) for k, v in env.items()}
+        spec["containers"] = [_with_env(c, values) for c in podview.containers({"spec": spec})]
+    api_version = owner.api_version.replace("{apiVersion}", str(obj.get("apiVersion", "")))
+    metadata: dict[str, Any] = {"generateName": f"{meta.get('name', '')}-", "labels": pod_labels,
+                                "annotations": pod_annotations,
+                                "ownerReferences": [{"apiVersion": api_version, "kind": owner.kind,
+                                                     "name": fill(owner.name, fields), "uid": "", "controller": True}]}
+    if meta.get("namespace"):
+        metadata["namespace"] = meta["namespace"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _template_at(site: Site, element: Element) -> tuple[dict[str, Any] | None, str]:
+    """The pod template of ``element`` (as a PodTemplateSpec) and its path in the object."""
+    where = f"{element.path}.{site.template}".strip(".") if site.template else element.path
+    if site.form == BUILT:
+        assert site.build is not None
+        return site.build(element), element.path
+    found = podview.as_dict(element.get(site.template) if site.template else element.value)
+    if not found:
+        return None, where
+    if site.form == POD_SPEC:
+        return {"metadata": {}, "spec": found}, where
+    return found, where
+
+
+def asks_for_accelerators(template: PodTemplate, rules: Rules) -> bool:
+    spec = podview.as_dict(template.get("spec"))
+    for kind in ("containers", "initContainers"):
+        for container in podview.as_list(spec.get(kind)):
+            requests, limits = podview.resources(podview.as_dict(container))
+            if any(rules.is_accelerator(name) for name in (*requests, *limits)):
+                return True
+    return False
+
+
+@dataclass
+class _Found:
+    site: Site
+    element: Element
+    template: dict[str, Any]
+    path: str
+    pods: int
+    pods_text: str
+    gpus: bool
+    group: str
+
+
+def _found(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[_Found]:
+    result: list[_Found] = []
+    for site in kind.sites:
+        for element in elements(obj, site.path):
+            template, path = _template_at(site, element)
+            if not template:
+                continue
+            fields = _fields(element, 1)
+            pods, text = site.pods(element) if site.pods else (0, "")  # no counter: not part of a job's world
+            result.append(_Found(site, element, template, path, pods, text or f"{fill(site.describe, fields)} {pods}",
+                                 asks_for_accelerators(template, rules), fill(site.group, fields)))
+    return result
+
+
+def _worlds(found: list[_Found], kind: str) -> dict[str, World]:
+    """The world size of each group: the pods of its sites that ask for accelerators, added up."""
+    worlds: dict[str, World] = {}
+    for group in {f.group for f in found}:
+        members = [f for f in found if f.group == group and f.gpus and f.pods > 0]
+        pods = sum(f.pods for f in members)
+        if pods > 1:
+            parts = " + ".join(f.pods_text for f in members)
+            worlds[group] = World(pods, f"{kind} {parts}")
+    return worlds
+
+
+def from_sites(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[Template]:
+    """The templates of ``obj`` at the sites of ``kind``, each as the pod its controller makes."""
+    found = _found(kind, obj, rules)
+    worlds = _worlds(found, kind.kind)
+    templates = []
+    for item in found:
+        world = worlds.get(item.group)
+        fields = _fields(item.element, world.pods if world else 1)
+        site = item.site
+        pod = pod_from(obj, item.template, owner=site.owner, fields=fields, labels=site.labels,
+                       annotations=site.annotations, env=site.env)
+        templates.append(Template(item.path, pod, item.template, world=world))
+    return templates
+
+
+# -- any other kind: found by shape ----------------------------------------------------------------------------
+
+MAX_DEPTH = 12
+
+
+def _pod_specs(value: Any, path: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(path, pod spec) of every map holding a ``containers`` list of maps, outermost first."""
+    if depth > MAX_DEPTH:
+        return
+    if isinstance(value, dict):
+        containers = value.get("containers")
+        if isinstance(containers, list) and containers and all(isinstance(c, dict) for c in containers):
+            yield path, value
+            return
+        for key, child in value.items():
+            yield from _pod_specs(child, f"{path}.{key}".lstrip("."), depth + 1)
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _pod_specs(child, f"{path}[{index}]", depth + 1)
+
+
+def generic_templates(obj: Mapping[str, Any], rules: Rules) -> list[Template]:
+    """The pod specs asking for accelerators anywhere in an object of a kind ai-admission does not know.
+
+    A pod spec is a map with a ``containers`` list; when it is the ``spec`` of a pod template, the template's
+    metadata (labels, annotations) comes with it. The owner is the object itself: its controller is not known.
+    """
+    kind = str(obj.get("kind", ""))
+    owner = Owner("{apiVersion}", kind)
+    templates = []
+    for path, spec in _pod_specs(podview.as_dict(obj.get("spec")), "spec", 0):
+        parent_path, _, last = path.rpartition(".")
+        parent = dig(obj, parent_path) if last == "spec" else None
+        metadata = podview.as_dict(parent.get("metadata")) if isinstance(parent, dict) else {}
+        template = {"metadata": metadata, "spec": spec}
+        if not asks_for_accelerators(template, rules):
+            continue
+        fields = {"name": str(podview.metadata(obj).get("name", ""))}
+        pod = pod_from(obj, template, owner=owner, fields=fields)
+        templates.append(Template(path, pod, template, generic=True,
+                                  notes=(f"{kind} is not a kind ai-admission knows; its pod spec at {path} was read "
+                                         f"generically (as a pod owned by the {kind})",)))
+    return templates

@@ -1,0 +1,673 @@
+"""A backstop that cannot be down: the heart of the policy as a ValidatingAdmissionPolicy, generated from the rules.
+
+The webhooks run with ``failurePolicy: Ignore`` (an outage must not stop every pod in the cluster), so while the
+server is unreachable a bare ``nvidia.com/gpu`` pod is admitted unchecked. A ValidatingAdmissionPolicy runs in
+the API server itself. This module writes one, in CEL, for the rule at the heart of ai-admission: a pod, or a pod
+template of a kind ai-admission judges, that asks for an accelerator must say which GPU model and how much GPU
+memory, in any of the ways the webhook accepts. It denies exactly what the webhook denies as
+``gpu-model-missing`` or ``gpu-memory-missing`` (tests/test_e2e_backstop.py holds every fixture to that through a
+real API server), and nothing else: unknown models, sizes that do not fit and everything else stay the webhook's.
+
+How the CEL is built. Each pod-shaped thing of the request's object becomes a *view*: its path, the annotation
+maps the controller merges into the pod (later wins), and its pod spec. Views come from the same kind table the
+webhook walks (`webhook.core.kinds`): a site that holds a pod template or a bare pod spec is read at its path; a site
+whose pod spec a builder assembles (KServe components, Dynamo services, Spark roles, Argo templates, the vLLM
+runtime, a TrainJob) has a CEL twin here, keyed by the builder, that assembles the fields the rule reads. The
+rule (`Rule`) then runs once over the views: every container's resources, the nodeSelector, the required
+node-affinity terms, the annotations. Each check names the webhook function it mirrors. The expressions are
+written with ``cel.bind`` for readability; the admission environment has none, so `without_bind` rewrites each
+into a one-element ``map`` before they are printed.
+
+What a policy cannot do, and so does not: it cannot read other objects. A pod that takes DRA claims may have its
+model and memory in them, so such a pod (when the rules know GPU device classes) is left to the webhook; so is a
+Katib trial of a kind ai-admission does not know (the webhook finds its pod specs by shape). On UPDATE, a
+template whose facts are unchanged is not judged again (the webhook re-judges any changed template).
+
+The API server must be 1.33 or later (two-variable comprehensions; quantities and optionals from 1.29).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from webhook.core import kinds as kind_table
+from webhook.core import names
+from webhook.core.kinds import KINDS
+from webhook.core.names import MODE_LABEL
+from webhook.core.policy import memory_fix, model_fix
+from webhook.core.rules import MODES, Rules
+from webhook.core.templates import BUILT, POD_SPEC, Site
+
+from .match_conditions import accelerator_clause, cel_list, cel_string
+from .webhooks import EXCLUDED_NAMESPACES
+
+NAME = "ai-admission-gpu-model-and-memory"
+ACTIONS = {"deny": ["Deny"], "warn": ["Warn"], "audit": ["Audit"]}
+
+
+# -- CEL building blocks -----------------------------------------------------------------------------------------
+
+def _opt(root: str, dotted: str) -> str:
+    """``root.?a.?b`` (an optional); ``dotted`` empty: ``root`` itself as an optional."""
+    return root + "".join(f".?{part}" for part in dotted.split(".")) if dotted else f"optional.of({root})"
+
+
+def _get(root: str, dotted: str, default: str) -> str:
+    return f"{_opt(root, dotted)}.orValue({default})" if dotted else root
+
+
+def _truthy(value: str) -> str:
+    """Python's truth of a JSON value, as the builders test their fields."""
+    return (f"cel.bind(tv, {value}, (type(tv) == string && tv != '') || (type(tv) == int && tv != 0) || "
+            f"(type(tv) == double && tv != 0.0) || (type(tv) == bool && tv) || "
+            f"((type(tv) == map || type(tv) == list) && size(tv) > 0))")
+
+
+def _integer(value: str) -> str:
+    """The builders' ``_int``: a number, or digits in a string; else 0."""
+    return (f"cel.bind(iv, {value}, type(iv) == int ? iv : "
+            f"(type(iv) == string && iv.trim().matches('^[0-9]+$') ? int(iv.trim()) : 0))")
+
+
+def _text(value: str) -> str:
+    """A quantity as the webhook reads it: a string (trimmed) or a number written as one."""
+    return (f"cel.bind(qv, {value}, type(qv) == string ? qv.trim() : "
+            f"((type(qv) == int || type(qv) == uint || type(qv) == double) ? string(qv) : ''))")
+
+
+def _or_null(root: str, field: str) -> str:
+    """A field that counts only when set and not null (the builders' ``x.get(k) is not None``)."""
+    return f"{root}.?{field}.orValue(null)"
+
+
+def _first_set(*values: str, default: str) -> str:
+    """The first of ``values`` that is not null (each an expression that may be null), else ``default``."""
+    expression = default
+    for value in reversed(values):
+        expression = f"cel.bind(fs, {value}, fs != null ? fs : {expression})"
+    return expression
+
+
+def _annotation(v: str, key: str) -> str:
+    """The string value of annotation ``key`` in the merge of the view's sources (the last that has it), or ''."""
+    k = cel_string(key)
+    return (f"cel.bind(hit, {v}.a.filter(m, type(m) == map && {k} in m && type(m[{k}]) == string), "
+            f"size(hit) > 0 ? hit[size(hit) - 1][{k}] : '')")
+
+
+def _resources(containers: str) -> str:
+    """The resources maps of a list of containers (non-maps left out, as the webhook does)."""
+    return (f"cel.bind(cl, {containers}, type(cl) == list ? "
+            f"cl.filter(x, type(x) == map).map(x, x.?resources.orValue({{}})) : [])")
+
+
+def _terms(spec: str) -> str:
+    """The required node-affinity terms of a pod spec (terms are alternatives, a term's expressions all hold)."""
+    return (f"{spec}.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms"
+            f".orValue([])")
+
+
+class Cel:
+    """The views of the kinds, as CEL."""
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+
+    def view(self, path: str, annotations: list[str], spec: str) -> str:
+        """One view: ``path`` (a CEL string), the annotation maps merged into the pod's (later wins), and its pod
+        spec (read by `Rule.normalized`)."""
+        return f"{{'p': dyn({path}), 'a': dyn([{', '.join(annotations)}]), 's': dyn({spec})}}"
+
+    # -- sites of the kinds table --------------------------------------------------------------------------------
+
+    def site_views(self, site: Site, root: str, prefix: str) -> str:
+        """A CEL list of the views of ``site`` in the object ``root``; paths start with ``prefix``.
+
+        A path has at most one wildcard (``a.*`` every value of a map, ``a[]`` every item of a list), as every
+        kind in the table does; each element gives a list of at most one view, flattened.
+        """
+        parts = site.path.split(".")
+        wild = [i for i, part in enumerate(parts) if part == "*" or part.endswith("[]")]
+        assert len(wild) <= 1, f"{site.path}: one wildcard at most"
+        if not wild:
+            found = self._element(site, "se", root, cel_string(prefix + site.path))
+            return f"cel.bind(se, {_get(root, site.path, 'null')}, type(se) == map ? {found} : [])"
+        (at,) = wild
+        listed = parts[at].endswith("[]")
+        before = ".".join(parts[:at] + ([parts[at][:-2]] if listed else []))
+        after = ".".join(parts[at + 1:])
+        if listed:
+            collection = f"cel.bind(sc, {_get(root, before, '[]')}, type(sc) == list ? sc : [])"
+            path = f"{cel_string(prefix + before + '[')} + string(k) + ']'"
+        else:
+            collection = f"cel.bind(sc, {_get(root, before, '{}')}, type(sc) == map ? sc : {{}})"
+            path = f"{cel_string(prefix + before + '.')} + string(k)"
+        if after:
+            path = f"{path} + {cel_string('.' + after)}"
+        found = self._element(site, "se", root, path)
+        each = f"cel.bind(se, {_get('x', after, 'null')}, type(se) == map ? {found} : [])"
+        return f"{collection}.transformList(k, x, {each}).filter(vs, size(vs) > 0).map(vs, vs[0])"
+
+    def _element(self, site: Site, element: str, root: str, path: str) -> str:
+        """A list of at most one view: the pod of ``site`` at ``element`` (none when the template is absent)."""
+        if site.form == BUILT:
+            assert site.build is not None
+            build = BUILDERS.get(site.build)
+            assert build is not None, f"no CEL twin for builder {site.build.__name__}"
+            return build(self, element, root, path)
+        where = f"{path} + {cel_string('.' + site.template)}" if site.template else path
+        template = f"cel.bind(tt, {_get(element, site.template, '{}')}, type(tt) == map ? tt : {{}})"
+        if site.form == POD_SPEC:
+            return f"cel.bind(t, {template}, size(t) > 0 ? [{self.view(where, [], 't')}] : [])"
+        return (f"cel.bind(t, {template}, size(t) > 0 ? "
+                f"[{self.view(where, ['t.?metadata.?annotations.orValue({})'], 't.?spec.orValue({})')}] : [])")
+
+    def kind_views(self, group: str, kind: str, root: str, prefix: str = "") -> str | None:
+        """A CEL list of the views of an object of ``kind`` (None: a kind the policy cannot read)."""
+        special = EXPANDED.get((group, kind))
+        if special is not None:
+            return special(self, root, prefix)
+        entry = KINDS[(group, kind)]
+        if not entry.sites:
+            return None
+        return " + ".join(f"({self.site_views(site, root, prefix)})" for site in entry.sites)
+
+
+# -- builders' twins: each mirrors one builder of webhook.core.kinds, field for field, as a pod spec -------------------
+
+def _spec(containers: str, init: str = "[]", node_selector: str = "{}", affinity: str = "{}",
+          claims: str = "[]") -> str:
+    """A pod spec map of the fields the rule reads."""
+    return (f"{{'containers': dyn({containers}), 'initContainers': dyn({init}), 'nodeSelector': dyn({node_selector}), "
+            f"'affinity': dyn({affinity}), 'resourceClaims': dyn({claims})}}")
+
+
+def _maps(items: str) -> str:
+    """The items of a list that are maps (containers as the builders keep them)."""
+    return f"cel.bind(ml, {items}, type(ml) == list ? ml.filter(x, type(x) == map) : [])"
+
+
+def _component(cel: Cel, e: str, o: str, path: str) -> str:
+    """KServe `_component`: the first model-server field that is a non-empty map, then ``containers``."""
+    frameworks = cel_list(kind_table._FRAMEWORKS)
+    servers = f"{frameworks}.filter(f, f in {e} && type({e}[f]) == map && size({e}[f]) > 0).map(f, {e}[f])"
+    containers = f"(size(sv) > 0 ? [sv[0]] : []) + {_maps(e + '.?containers.orValue([])')}"
+    spec = _spec("cn", f"{e}.?initContainers.orValue([])", f"{e}.?nodeSelector.orValue({{}})",
+                 f"{e}.?affinity.orValue({{}})", f"{e}.?resourceClaims.orValue([])")
+    view = cel.view(path, [f"{o}.?metadata.?annotations.orValue({{}})", f"{e}.?annotations.orValue({{}})"], spec)
+    return f"cel.bind(sv, {servers}, cel.bind(cn, {containers}, size(cn) > 0 ? [{view}] : []))"
+
+
+def _isvc_worker(cel: Cel, e: str, o: str, path: str) -> str:
+    """KServe `_isvc_worker`: the multi-node predictor's ``workerSpec``, a pod spec of its own."""
+    view = cel.view(f"{path} + '.workerSpec'", [f"{o}.?metadata.?annotations.orValue({{}})"], "w")
+    return (f"cel.bind(w, {e}.?workerSpec.orValue({{}}), type(w) == map && "
+            f"size({_maps('w.?containers.orValue([])')}) > 0 ? [{view}] : [])")
+
+
+def _dynamo_part(rs: str, part: str) -> str:
+    """`_dynamo_resources` for one part: ``gpu`` under ``gpuType`` (default nvidia.com/gpu)."""
+    item = f"{rs}.?{part}.orValue({{}})"
+    gpu_type = f"cel.bind(gt, it.?gpuType.orValue(''), {_truthy('gt')} ? string(gt) : 'nvidia.com/gpu')"
+    return (f"cel.bind(it, {item}, type(it) == map && {_truthy('it.?gpu.orValue(0)')} ? "
+            f"{{{gpu_type}: string(it.gpu)}} : {{}})")
+
+
+CUSTOM = "rs[pt][?'custom'].orValue(0)"  # a part's custom resources
+
+
+def _dynamo_service(cel: Cel, e: str, o: str, path: str) -> str:
+    """Dynamo `_dynamo_service`: ``resources`` (gpu under gpuType, custom) replace the main container's own when
+    they give anything; the rest comes from ``extraPodSpec``."""
+    given = ("['requests', 'limits'].exists(pt, pt in rs && type(rs[pt]) == map && "
+             f"(['cpu', 'memory', 'gpu'].exists(f, {_truthy('rs[pt][?f].orValue(0)')}) || {_truthy(CUSTOM)}))")
+    main = (f"({given} ? [dyn({{'resources': {{'limits': {_dynamo_part('rs', 'limits')}, "
+            f"'requests': {_dynamo_part('rs', 'requests')}}}}}), dyn({{'resources': {{'limits': "
+            f"rs.?limits.?custom.orValue({{}}), 'requests': rs.?requests.?custom.orValue({{}})}}}})] : "
+            f"[dyn({{'resources': ex.?mainContainer.?resources.orValue({{}})}})])")
+    spec = _spec(f"{main} + {_maps('ex.?containers.orValue([])')}", "ex.?initContainers.orValue([])",
+                 "ex.?nodeSelector.orValue({})", "ex.?affinity.orValue({})", "ex.?resourceClaims.orValue([])")
+    view = cel.view(path, [f"{o}.?metadata.?annotations.orValue({{}})", f"{e}.?annotations.orValue({{}})",
+                           f"{e}.?extraPodMetadata.?annotations.orValue({{}})"], spec)
+    return (f"cel.bind(rs, cel.bind(r0, {e}.?resources.orValue({{}}), type(r0) == map ? r0 : {{}}), "
+            f"cel.bind(ex, cel.bind(x0, {e}.?extraPodSpec.orValue({{}}), type(x0) == map ? x0 : {{}}), [{view}]))")
+
+
+def _vllm_runtime(cel: Cel, e: str, o: str, path: str) -> str:
+    """vLLM production stack `_vllm_runtime`: ``deploymentConfig.resources.gpu`` under ``gpuType``."""
+    gpu_type = f"cel.bind(gt, rs.?gpuType.orValue(''), {_truthy('gt')} ? string(gt) : 'nvidia.com/gpu')"
+    amounts = f"cel.bind(g, rs.?gpu.orValue(0), {_truthy('g')} ? {{{gpu_type}: string(g)}} : {{}})"
+    affinity = ("{'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': "
+                "{'nodeSelectorTerms': cf.?nodeSelectorTerms.orValue([])}}}")
+    spec = _spec(f"cel.bind(am, {amounts}, [{{'resources': {{'limits': am, 'requests': am}}}}])", affinity=affinity)
+    view = cel.view(path, [f"{o}.?metadata.?annotations.orValue({{}})", "cf.?podAnnotations.orValue({})"], spec)
+    return f"cel.bind(cf, {e}.?deploymentConfig.orValue({{}}), cel.bind(rs, cf.?resources.orValue({{}}), [{view}]))"
+
+
+def _spark_pod(cel: Cel, e: str, o: str, path: str) -> str:
+    """Spark operator `_spark_pod`: memory, cores or gpu replace the first container's resources."""
+    gpu = f"{e}.?gpu.orValue({{}})"
+    gpu_ok = f"({_truthy(f'{gpu}.?name.orValue(0)')} && {_integer(f'{gpu}.?quantity.orValue(0)')} > 0)"
+    limited = f"({_truthy(f'{e}.?memory.orValue(0)')} || {_truthy(f'{e}.?cores.orValue(0)')} || {gpu_ok})"
+    main = (f"({limited} ? [{{'resources': ({gpu_ok} ? {{'limits': {{string({gpu}.name): string({gpu}.quantity)}}}} "
+            f": {{}})}}] : (size(bc) > 0 ? [bc[0]] : []))")
+    rest = "bc.transformList(i, x, i > 0, x)"
+    init = _first_set(_or_null(e, "initContainers"), default="bs.?initContainers.orValue([])")
+    node_selector = _first_set(_or_null(e, "nodeSelector"), _or_null(f"{o}.?spec.orValue({{}})", "nodeSelector"),
+                               default="bs.?nodeSelector.orValue({})")
+    affinity = _first_set(_or_null(e, "affinity"), default="bs.?affinity.orValue({})")
+    view = cel.view(path, ["bt.?metadata.?annotations.orValue({})", f"{e}.?annotations.orValue({{}})"],
+                    _spec(f"{main} + {rest}", init, node_selector, affinity))
+    return (f"cel.bind(bt, {e}.?template.orValue({{}}), cel.bind(bs, bt.?spec.orValue({{}}), "
+            f"cel.bind(bc, {_maps('bs.?containers.orValue([])')}, [{view}])))")
+
+
+def _argo_pod(cel: Cel, e: str, o: str, path: str) -> str:
+    """Argo `_argo_pod`: ``container``, ``script`` and ``containerSet`` make the pod; the workflow's
+    nodeSelector, affinity and podMetadata apply unless the template sets its own."""
+    workflow = (f"cel.bind(ws, {o}.?spec.?workflowSpec.orValue({{}}), {_truthy('ws')} ? ws : "
+                f"{o}.?spec.orValue({{}}))")
+    mains = (f"['container', 'script'].filter(f, f in {e} && type({e}[f]) == map && size({e}[f]) > 0)"
+             f".map(f, {e}[f]) + {_maps(e + '.?containerSet.?containers.orValue([])')}")
+    node_selector = _first_set(_or_null(e, "nodeSelector"), _or_null("wf", "nodeSelector"), default="{}")
+    affinity = _first_set(_or_null(e, "affinity"), _or_null("wf", "affinity"), default="{}")
+    spec = _spec(f"mc + {_maps(e + '.?sidecars.orValue([])')}", f"{e}.?initContainers.orValue([])",
+                 node_selector, affinity)
+    view = cel.view(path, ["wf.?podMetadata.?annotations.orValue({})", f"{e}.?metadata.?annotations.orValue({{}})"],
+                    spec)
+    return f"cel.bind(wf, {workflow}, cel.bind(mc, {mains}, size(mc) > 0 ? [{view}] : []))"
+
+
+BUILDERS: dict[Any, Callable[[Cel, str, str, str], str]] = {
+    kind_table._component: _component, kind_table._isvc_worker: _isvc_worker,
+    kind_table._dynamo_service: _dynamo_service, kind_table._vllm_runtime: _vllm_runtime,
+    kind_table._spark_pod: _spark_pod, kind_table._argo_pod: _argo_pod,
+}
+
+
+def _train_job(cel: Cel, o: str, prefix: str) -> str:
+    """`_train_job` as the server runs it (the runtime is not looked up): the TrainJob's own fields."""
+    spec = f"{o}.?spec.orValue({{}})"
+    trainer = f"{spec}.?trainer.orValue({{}})"
+    containers = (f"(type({trainer}) == map && 'resourcesPerNode' in {trainer} ? "
+                  f"[{{'resources': {trainer}.resourcesPerNode}}] : [])")
+    return "[" + cel.view(cel_string(prefix + "spec.trainer"),
+                          [f"{spec}.?annotations.orValue({{}})", f"{o}.?metadata.?annotations.orValue({{}})"],
+                          _spec(containers)) + "]"
+
+
+def _experiment(cel: Cel, o: str, prefix: str) -> str:
+    """A Katib Experiment: its trial spec read as the object of its own kind (one the policy can read)."""
+    trial = f"{o}.?spec.?trialTemplate.?trialSpec.orValue({{}})"
+    inner = "[]"
+    for (group, kind), _ in sorted(KINDS.items(), reverse=True):
+        if (group, kind) == ("kubeflow.org", "Experiment"):
+            continue
+        views = cel.kind_views(group, kind, "tr", prefix + "spec.trialTemplate.trialSpec.")
+        if views is None:
+            continue
+        test = f"tg == {cel_string(group)} && tk == {cel_string(kind)}"
+        inner = f"({test} ? ({views}) : {inner})"
+    group = "cel.bind(av, tr.?apiVersion.orValue(''), type(av) == string && av.contains('/') ? " \
+            "av.substring(0, av.lastIndexOf('/')) : '')"
+    return (f"cel.bind(tr, {trial}, type(tr) == map && size(tr) > 0 ? cel.bind(tg, {group}, "
+            f"cel.bind(tk, tr.?kind.orValue(''), {inner})) : [])")
+
+
+EXPANDED: dict[tuple[str, str], Callable[[Cel, str, str], str]] = {
+    ("trainer.kubeflow.org", "TrainJob"): _train_job,
+    ("kubeflow.org", "Experiment"): _experiment,
+}
+
+
+# -- the rule, once over the views -----------------------------------------------------------------------------
+
+def _digits(value: str) -> str:
+    """A node-label value the webhook reads as a number (``str(v).strip().isdigit()``)."""
+    return (f"((type({value}) == string && {value}.trim().matches('^[0-9]+$')) || "
+            f"(type({value}) == int && {value} >= 0))")
+
+
+class Rule:
+    """The checks of one view ``v``: does it ask for an accelerator, does it name the model, state the memory.
+
+    Each mirrors a function of the webhook (named in its docstring), so the two cannot drift apart unseen: the
+    end-to-end test runs both over every fixture.
+    """
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+        mig = rules.mig_pattern
+        self.mig_regex = _anchored(mig.pattern) if mig is not None else None
+        # a MIG resource implies its memory only when the pattern names it (group ``mem``)
+        self.mig_sized = mig is not None and "mem" in mig.groupindex
+        self.model_keys = sorted({*rules.model_keys, *rules.instance_type_keys,
+                                  *([rules.gpu_name_labels.name_key] if rules.gpu_name_labels else [])})
+
+    def accelerator(self, name: str) -> str:
+        """`Rules.is_accelerator`: a listed resource, a DRA device class's, or the MIG pattern."""
+        listed = sorted(self.rules.gpu_resources | self.rules.dra.extended_resources)
+        tests = [f"{name} in {cel_list(listed)}"] if listed else []
+        if self.mig_regex is not None:
+            tests.append(f"{name}.matches({cel_string(self.mig_regex)})")
+        return "(" + " || ".join(tests or ["false"]) + ")"
+
+    def asked(self, resources: str) -> str:
+        """`_accelerator_amounts`: the accelerators one container asks for (the limit, else the request, a positive
+        whole number)."""
+        count = ("cel.bind(q, {text}, isQuantity(q) && quantity(q).isInteger() && "
+                 "quantity(q).isGreaterThan(quantity('0')))")
+        limit = count.format(text=_text("li[n]"))
+        request = count.format(text=_text("rq[n]"))
+        return (f"cel.bind(rr, {resources}, "
+                f"cel.bind(li, cel.bind(l0, type(rr) == map ? rr.?limits.orValue({{}}) : {{}}, "
+                f"type(l0) == map ? l0 : {{}}), "
+                f"cel.bind(rq, cel.bind(r0, type(rr) == map ? rr.?requests.orValue({{}}) : {{}}, "
+                f"type(r0) == map ? r0 : {{}}), "
+                f"li.filter(n, {self.accelerator('n')} && {limit}) + "
+                f"rq.filter(n, !(n in li) && {self.accelerator('n')} && {request}))))")
+
+    def names_model(self, v: str, mig: str) -> str:
+        """Not `gpu-model-missing` (webhook.core.profile `_choose_model`, webhook.core.models `pinned_models`,
+        `annotated_models`; policy `_model_findings`)."""
+        keys = cel_list(self.model_keys)
+        selector = (f"(type({v}.ns) == map && {keys}.exists(k, k in {v}.ns && type({v}.ns[k]) == string && "
+                    f"{v}.ns[k] != ''))")
+        affinity = self._every_term(v, f"e.?operator.orValue('') == 'In' && e.?key.orValue('') in {keys} && "
+                                       f"cel.bind(vl, e.?values.orValue([]), type(vl) == list && "
+                                       f"vl.exists(x, type(x) == string && x != ''))")
+        tests = [f"{_annotation(v, names.GPU_MODEL)}.trim() != ''", selector, affinity]
+        tests += [f"{_annotation(v, key)}.split(',').exists(part, part.trim() != '')"
+                  for key in self.rules.model_annotations]
+        if not self.rules.mig_needs_model:
+            tests.append(mig)
+        tests.append(f"{v}.c")
+        return "(" + "\n    || ".join(tests) + ")"
+
+    def states_memory(self, v: str, mig: str) -> str:
+        """Not `gpu-memory-missing` (webhook.core.hints `read_hints`, webhook.core.profile `_memory_need`, webhook.core.models
+        `stated_memory`)."""
+        memory = (f"cel.bind(gm, {_annotation(v, names.GPU_MEMORY)}.trim(), gm != '' && isQuantity(gm) && "
+                  f"quantity(gm).isGreaterThan(quantity('0')))")
+        precisions = cel_list(self.rules.precisions)
+        params = (f"(cel.bind(mp, {_annotation(v, names.MODEL_PARAMS)}.trim(), "
+                  f"mp.matches('^[0-9]+([.][0-9]+)?\\\\s*[kKmMbBtT]?$') && "
+                  f"cel.bind(u, mp.substring(size(mp) - 1).lowerAscii(), "
+                  f"cel.bind(num, u in ['k', 'm', 'b', 't'] ? mp.substring(0, size(mp) - 1).trim() : mp, "
+                  f"double(num) * (u == 'k' ? 1e3 : u == 'm' ? 1e6 : u == 'b' ? 1e9 : u == 't' ? 1e12 : 1.0) "
+                  f">= 1.0))) && {_annotation(v, names.MODEL_PRECISION)}.trim().lowerAscii() in {precisions})")
+        tests = [memory, params]
+        sharing = sorted({*self.rules.memory_resources, *self.rules.memory_percent_resources})
+        if sharing:
+            amount = (f"cel.bind(q, {_text('mv')}, q != '' && isQuantity(q) && "
+                      f"quantity(q).isGreaterThan(quantity('0')))")
+            value = ("cel.bind(li, cel.bind(l0, r.?limits.orValue({}), type(l0) == map ? l0 : {}), "
+                     "cel.bind(rq, cel.bind(r0, r.?requests.orValue({}), type(r0) == map ? r0 : {}), "
+                     "n in li ? li[n] : (n in rq ? rq[n] : '')))")
+            tests.append(f"{v}.r.exists(r, type(r) == map && {cel_list(sharing)}.exists(n, "
+                         f"cel.bind(mv, {value}, {amount})))")
+        for key in self.rules.memory_keys:
+            selected = (f"(type({v}.ns) == map && {cel_string(key)} in {v}.ns && "
+                        f"type({v}.ns[{cel_string(key)}]) == string && "
+                        f"{v}.ns[{cel_string(key)}].trim().matches('^[0-9]+$'))")
+            filtered = self._every_term(v, f"e.?key.orValue('') == {cel_string(key)} && "
+                                           f"e.?operator.orValue('') in ['In', 'Gt'] && "
+                                           f"cel.bind(vl, e.?values.orValue([]), type(vl) == list && "
+                                           f"vl.exists(x, {_digits('x')}))")
+            tests.append(f"({selected} || {filtered})")
+        tests += [mig, f"{v}.c"]
+        return "(" + "\n    || ".join(tests) + ")"
+
+    def normalized(self, views: str) -> str:
+        """The views with what the rule reads of their pod spec: every container's resources (init containers
+        too), the nodeSelector, the required node-affinity terms, and whether DRA claims may say the rest."""
+        claims = "size(s.?resourceClaims.orValue([])) > 0" if self.rules.dra.device_classes else "false"
+        return (f"{views}.map(v0, cel.bind(s, type(v0.s) == map ? v0.s : {{}}, {{'p': v0.p, 'a': v0.a, "
+                f"'r': dyn({_resources('s.?containers.orValue([])')} + {_resources('s.?initContainers.orValue([])')}), "
+                f"'ns': dyn(s.?nodeSelector.orValue({{}})), 't': dyn({_terms('s')}), 'c': dyn({claims})}}))")
+
+    @staticmethod
+    def _every_term(v: str, expression_test: str) -> str:
+        """Every required node-affinity term has a match expression passing ``expression_test`` (over ``e``)."""
+        return (f"(type({v}.t) == list && size({v}.t) > 0 && {v}.t.all(t, type(t) == map && "
+                f"cel.bind(me, t.?matchExpressions.orValue([]), type(me) == list && "
+                f"me.exists(e, type(e) == map && {expression_test}))))")
+
+    def facts(self, views: str) -> str:
+        """Per view: its path, whether it asks for an accelerator, names the model, states the memory.
+
+        ``al`` holds each container's accelerators; a pod is a MIG pod when every accelerator it asks for is a
+        MIG slice whose size the name gives (`webhook.core.profile._mig_memory`).
+        """
+        mig = (f"(asks && al.all(l, l.all(n, n.matches({cel_string(self.mig_regex)}))))"
+               if self.mig_sized and self.mig_regex else "false")
+        return (f"{self.normalized(views)}.map(v, cel.bind(al, v.r.map(r, {self.asked('r')}), "
+                f"cel.bind(asks, al.exists(l, size(l) > 0), "
+                f"{{'p': dyn(v.p), 'asks': dyn(asks), 'model': dyn({self.names_model('v', mig)}), "
+                f"'memory': dyn({self.states_memory('v', mig)})}})))")
+
+
+def _anchored(pattern: str) -> str:
+    """Python's ``re.match`` anchors at the start; CEL's ``matches`` finds a match anywhere."""
+    return pattern if pattern.startswith("^") else f"^(?:{pattern})"
+
+
+# -- the policy and its bindings -------------------------------------------------------------------------------
+
+def _split_call(text: str, start: int) -> tuple[list[str], int]:
+    """The comma-separated arguments of the call whose ``(`` is at ``start``, and the index after its ``)``."""
+    args: list[str] = []
+    depth = 0
+    quote = ""
+    begin = start + 1
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                args.append(text[begin:i])
+                return args, i + 1
+        elif ch == "," and depth == 1:
+            args.append(text[begin:i])
+            begin = i + 1
+        i += 1
+    raise ValueError("unbalanced CEL")
+
+
+def without_bind(expression: str) -> str:
+    """``cel.bind(x, init, body)`` as ``[dyn(init)].map(x, body)[0]``: the admission environment has no
+    ``cel.bind`` (the expressions here are written with it for readability); a one-element map binds the same
+    name once, as dyn, since the values come from objects of any shape."""
+    at = expression.find("cel.bind(")
+    while at >= 0:
+        args, end = _split_call(expression, at + len("cel.bind"))
+        name, init, body = (a.strip() for a in args)
+        replaced = f"[dyn({without_bind(init)})].map({name}, {without_bind(body)})[0]"
+        expression = expression[:at] + replaced + expression[end:]
+        at = expression.find("cel.bind(", at + len(replaced))
+    return expression
+
+
+def _switch(cel: Cel, root: str) -> str:
+    """The views of ``root``, by the resource the request is for (a pod, or one of the kinds)."""
+    pod = cel.view("'pod'", [f"{root}.?metadata.?annotations.orValue({{}})"], f"{root}.?spec.orValue({{}})")
+    branches = [f"variables.resource == '/pods' ? [{pod}]"]
+    for (group, kind), entry in sorted(KINDS.items()):
+        views = cel.kind_views(group, kind, root)
+        if views is not None:
+            branches.append(f"variables.resource == {cel_string(group + '/' + entry.resource)} ? ({views})")
+    # one kind a line: a reviewer reads the policy kind by kind
+    return "(\n  " + "\n  : ".join(branches) + "\n  : [])"
+
+
+def readable_kinds() -> list[tuple[str, str]]:
+    """(group, kind) of the kinds whose templates the policy reads (the others are left to the webhook)."""
+    return [key for key in KINDS if key in EXPANDED or KINDS[key].sites]
+
+
+def _resource_rules() -> list[dict[str, Any]]:
+    by_scope: dict[tuple[str, str], list[str]] = {}
+    for group, kind in readable_kinds():
+        entry = KINDS[(group, kind)]
+        resources = by_scope.setdefault((group, entry.scope), [])
+        if entry.resource not in resources:
+            resources.append(entry.resource)
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+              "scope": "Namespaced"}]
+    rules += [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+               "resources": sorted(resources), "scope": scope}
+              for (group, scope), resources in sorted(by_scope.items())]
+    return rules
+
+
+def policy(rules: Rules) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy for ``rules``."""
+    cel = Cel(rules)
+    rule = Rule(rules)
+    subject = ("(variables.resource == '/pods' ? 'pod' : object.kind + ' ' + object.metadata.?name.orValue('')) + "
+               "(variables.resource == '/pods' ? '' : ' ' + {paths}.join(', '))")
+    model = model_fix(rules, None)
+    memory = memory_fix(rules, None)
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": "ai-admission"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": _resource_rules(), "matchPolicy": "Equivalent"},
+            # most pods ask for no accelerator: they skip the views (the test is by name only, a superset of the
+            # rule's); controllers and CRDs always go on
+            "matchConditions": [{"name": "may-ask-for-accelerators",
+                                 "expression": f"request.resource.resource != 'pods' || {accelerator_clause(rules)}"}],
+            "variables": [
+                {"name": "resource", "expression": "request.resource.group + '/' + request.resource.resource"},
+                {"name": "subjects",
+                 "expression": "request.operation == 'UPDATE' && oldObject != null ? [object, oldObject] : [object]"},
+                {"name": "views", "expression": without_bind(f"variables.subjects.map(o, {_switch(cel, 'o')})")},
+                # on UPDATE a template whose facts did not change is not judged (a legacy template keeps scaling)
+                {"name": "judged",
+                 "expression": "variables.views[0].filter(v, size(variables.views) < 2 || "
+                               "!variables.views[1].exists(w, w == v))"},
+                {"name": "facts", "expression": without_bind(rule.facts("variables.judged"))},
+                {"name": "noModel", "expression": "variables.facts.filter(f, f.asks && !f.model).map(f, f.p)"},
+                {"name": "noMemory", "expression": "variables.facts.filter(f, f.asks && !f.memory).map(f, f.p)"},
+            ],
+            "validations": [{
+                "expression": "size(variables.noModel) == 0 && size(variables.noMemory) == 0", "reason": "Forbidden",
+                "message": f"a pod or pod template asks for GPUs but does not say which model ({model}) or how "
+                           f"much GPU memory it needs ({memory})",
+                "messageExpression": (
+                    f"(size(variables.noModel) > 0 ? {subject.format(paths='variables.noModel')} + "
+                    f"' asks for GPUs but does not say which model: ' + {cel_string(model)} : '') + "
+                    f"(size(variables.noModel) > 0 && size(variables.noMemory) > 0 ? '; ' : '') + "
+                    f"(size(variables.noMemory) > 0 ? {subject.format(paths='variables.noMemory')} + "
+                    f"' asks for GPUs but does not say how much GPU memory it needs: ' + {cel_string(memory)} : '')"),
+            }],
+        },
+    }
+
+
+_NAMESPACED = [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"],
+                "scope": "Namespaced"}]
+
+
+def bindings(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One binding per way a namespace gets its mode, as the webhooks resolve it: the ``ai-admission.io/mode``
+    label (warn, audit), else the rules' namespace map, else their default. Cluster-scoped kinds take the
+    default. ``namespace_expressions`` narrow every binding (tests bind one namespace at a time)."""
+    extra = list(namespace_expressions or [])
+    found = []
+
+    def bind(name: str, mode: str, expressions: list[dict[str, Any]], namespaced_only: bool) -> None:
+        match: dict[str, Any] = {"namespaceSelector": {"matchExpressions": [*expressions, *extra]}}
+        if namespaced_only:
+            match["resourceRules"] = _NAMESPACED
+        found.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                      "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "ai-admission"}},
+                      "spec": {"policyName": NAME, "validationActions": ACTIONS[mode], "matchResources": match}})
+
+    unlabelled = {"key": MODE_LABEL, "operator": "NotIn", "values": ["warn", "audit"]}
+    for mode in MODES:
+        mapped = sorted(ns for ns, m in rules.namespace_modes.items() if m == mode)
+        others = sorted(ns for ns, m in rules.namespace_modes.items() if m != mode)
+        if mode == rules.default_mode:
+            excluded = {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                        "values": [*EXCLUDED_NAMESPACES, *others]}
+            bind(f"{NAME}-{mode}", mode, [excluded, unlabelled], namespaced_only=False)
+        elif mapped:
+            bind(f"{NAME}-{mode}", mode, [_excluded(), unlabelled,
+                                           {"key": "kubernetes.io/metadata.name", "operator": "In", "values": mapped}],
+                 namespaced_only=True)
+        if mode != "deny":
+            bind(f"{NAME}-{mode}-label", mode, [_excluded(), {"key": MODE_LABEL, "operator": "In", "values": [mode]}],
+                 namespaced_only=True)
+    return found
+
+
+def _excluded() -> dict[str, Any]:
+    return {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
+
+
+def manifests(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The policy and its bindings, as `ai-admission manifests policy` prints them."""
+    return [policy(rules), *bindings(rules, namespace_expressions)]
+
+
+# -- the GPU toleration as a MutatingAdmissionPolicy -----------------------------------------------------------
+
+TOLERATIONS = "ai-admission-gpu-tolerations"
+
+
+def toleration_policy(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.36+) and its binding that give a
+    pod the toleration of each accelerator resource it asks for, as `webhook.core.mutate.add_tolerations` does (key:
+    the resource, ``Exists``, ``NoSchedule``; not when a toleration the pod has already covers it), so that pods
+    created while the webhook is down still reach tainted GPU nodes. The class's own pool tolerations and a DRA
+    claim's device-class taint stay the webhook's. Empty when the rules add no GPU tolerations."""
+    if not rules.mutation.gpu_tolerations:
+        return []
+    rule = Rule(rules)
+    containers = "object.spec.containers + object.spec.?initContainers.orValue([])"
+    # each container's accelerators, flattened through a string (names hold no comma) and each kept once
+    names = (f"[dyn(({containers}).map(c, {rule.asked('c.?resources.orValue({})')}.join(',')).join(',')"
+             f".split(','))].map(all, all.transformList(i, n, n != '' && all.indexOf(n) == i, n))[0]")
+    covers = ("object.spec.?tolerations.orValue([]).exists(t, "
+              "(!has(t.effect) || t.effect == '' || t.effect == 'NoSchedule') && "
+              "has(t.operator) && t.operator == 'Exists' && (!has(t.key) || t.key == '' || t.key == n))")
+    toleration = "Object.spec.tolerations{key: n, operator: 'Exists', effect: 'NoSchedule'}"
+    patch = ("size(variables.missing) == 0 ? [] : [JSONPatch{op: 'add', path: '/spec/tolerations', "
+             f"value: object.spec.?tolerations.orValue([]) + variables.missing.map(n, {toleration})}}]")
+    labels = {"app.kubernetes.io/name": "ai-admission"}
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": TOLERATIONS, "labels": labels},
+        "spec": {
+            "failurePolicy": "Ignore",  # a toleration is a convenience; the webhook adds it again when it is up
+            "reinvocationPolicy": "IfNeeded",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE"], "resources": ["pods"]}],
+                                 "matchPolicy": "Equivalent"},
+            "matchConditions": [{"name": "may-ask-for-accelerators", "expression": accelerator_clause(rules)}],
+            "variables": [
+                {"name": "asked", "expression": without_bind(names)},
+                {"name": "missing", "expression": f"variables.asked.filter(n, !{covers})"},
+            ],
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
+        },
+    }
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+               "metadata": {"name": TOLERATIONS, "labels": labels},
+               "spec": {"policyName": TOLERATIONS,
+                        "matchResources": {"namespaceSelector": {
+                            "matchExpressions": [_excluded(), *(namespace_expressions or [])]}}}}
+    return [policy, binding]

@@ -1,0 +1,142 @@
+"""Manifests generated from the rules and the code, so what is installed cannot drift from what runs.
+
+``ai-admission manifests priorityclasses`` writes the PriorityClasses the rules set on pods;
+``ai-admission manifests webhooks`` writes the webhook configurations, whose resource rules come from the
+template extractors, whose paths are the app's, and whose ``matchConditions`` (which pods are sent at all) come
+from the rules (`webhook.match_conditions`). Tests fail when the committed files differ.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import yaml
+
+from webhook.core.dra.claims import GROUP as DRA_GROUP
+from webhook.core.kinds import KINDS
+from webhook.core.names import MODE_LABEL
+from webhook.core.rules import Rules
+
+from .match_conditions import match_conditions
+
+NAME = "ai-admission"
+EXCLUDED_NAMESPACES = ["kube-system", "kube-node-lease", "ai-admission"]
+TIMEOUT_SECONDS = 5
+
+
+def priority_classes(rules: Rules) -> list[dict[str, Any]]:
+    result = []
+    for policy in rules.classes.values():
+        spec = policy.priority_class
+        if spec is None:
+            continue
+        result.append({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": spec.name, "labels": {"app.kubernetes.io/part-of": NAME,
+                                                        "ai-admission.io/workload-type": policy.name}},
+            "value": spec.value, "preemptionPolicy": spec.preemption_policy, "globalDefault": False,
+            "description": spec.description or f"ai-admission: {policy.name} pods",
+        })
+    return sorted(result, key=lambda pc: -pc["value"])
+
+
+def _client_config(path: str) -> dict[str, Any]:
+    # caBundle is injected by `ai-admission certs patch` (or cert-manager's cainjector in that overlay)
+    return {"service": {"name": NAME, "namespace": NAME, "path": path, "port": 443}}
+
+
+def _excluded() -> dict[str, Any]:
+    """The immutable name label: a namespace cannot opt itself out by relabelling."""
+    return {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
+
+
+def _namespace_selector(mode: str | None) -> dict[str, Any]:
+    expressions: list[dict[str, Any]] = [_excluded()]
+    if mode is None:
+        expressions.append({"key": MODE_LABEL, "operator": "NotIn", "values": ["warn", "audit"]})
+    else:
+        expressions.append({"key": MODE_LABEL, "operator": "In", "values": [mode]})
+    return {"matchExpressions": expressions}
+
+
+def _template_rules() -> list[dict[str, Any]]:
+    """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.core.kinds)."""
+    by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for kind in KINDS.values():
+        resources = by_group[(kind.group, kind.scope)]
+        if kind.resource not in resources:
+            resources.append(kind.resource)
+    return [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+             "resources": sorted(resources), "scope": scope} for (group, scope), resources in sorted(by_group.items())]
+
+
+POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+            "scope": "Namespaced"}
+# DRA claims and claim templates: v1 only, requests sent as v1beta1/v1beta2 arrive converted (matchPolicy Equivalent)
+CLAIM_RULE = {"apiGroups": [DRA_GROUP], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+              "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}
+
+
+def _common() -> dict[str, Any]:
+    return {"sideEffects": "None", "admissionReviewVersions": ["v1", "v1beta1"], "timeoutSeconds": TIMEOUT_SECONDS,
+            "matchPolicy": "Equivalent"}
+
+
+def _only_when(conditions: list[dict[str, str]]) -> dict[str, Any]:
+    return {"matchConditions": conditions} if conditions else {}
+
+
+MUTATING_WEBHOOK = "mutate.ai-admission.io"
+# (mode, path, name) of the validating entries: deny (no mode label), warn and audit namespaces
+VALIDATING_WEBHOOKS = ((None, "/validate", "validate.ai-admission.io"),
+                       ("warn", "/validate/warn", "validate-warn.ai-admission.io"),
+                       ("audit", "/validate/audit", "validate-audit.ai-admission.io"))
+WEBHOOK_NAMES = (MUTATING_WEBHOOK, *(name for _, _, name in VALIDATING_WEBHOOKS))
+
+
+def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
+    """failurePolicy Ignore on both: a webhook outage must not stop every pod in the cluster (README).
+
+    Both send only the pods ``rules`` may concern (`webhook.generate.match_conditions`): a pod of class none gets neither
+    a patch nor a finding, so it need not cost a call to either webhook.
+    """
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": NAME},
+        "webhooks": [{"name": MUTATING_WEBHOOK, "clientConfig": _client_config("/mutate"),
+                      "rules": [POD_RULE], "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
+                      "namespaceSelector": {"matchExpressions": [_excluded()]},
+                      **_only_when(match_conditions(rules, pods_only=True)), **_common()}],
+    }
+    validating_conditions = match_conditions(rules, pods_only=False)
+    entries = []
+    for mode, path, name in VALIDATING_WEBHOOKS:
+        entries.append({"name": name, "clientConfig": _client_config(path),
+                        "rules": [POD_RULE, *_template_rules(), CLAIM_RULE], "failurePolicy": "Ignore",
+                        "namespaceSelector": _namespace_selector(mode), **_only_when(validating_conditions),
+                        **_common()})
+    validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                  "metadata": {"name": NAME}, "webhooks": entries}
+    return [mutating, validating]
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No YAML anchors: shared lists are written out, as a person would read and diff them."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _multi_line_as_block(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    """A string of several lines (a CEL condition, one clause a line; a PromQL expression) as a literal block, as
+    a person writes it."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_PlainDumper.add_representer(str, _multi_line_as_block)
+
+
+def render(objects: list[dict[str, Any]], command: str) -> str:
+    header = f"# Generated by `ai-admission manifests {command}`; do not edit (a test compares).\n"
+    return header + yaml.dump_all(objects, Dumper=_PlainDumper, sort_keys=False, width=120)

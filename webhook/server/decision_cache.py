@@ -1,0 +1,90 @@
+"""Decisions remembered for pods that differ only in name: a Job with ``parallelism: 500`` or a ReplicaSet
+scale-up sends the same pod hundreds of times, each with its own name, uid and managedFields timestamp.
+
+The key is what the decision reads: the endpoint, the mode in force (the path's or the rules'), the request's
+namespace, and the pod without ``metadata.name``, ``generateName``, ``uid`` and ``managedFields`` (none of which
+classification, profile, policy or mutation read). Messages do name the pod, so a remembered verdict that
+carries a message is used only for a pod with the same subject. A pod that takes DRA claims is never remembered:
+its decision also reads the claims the watch has seen, which change under it (a template created after its first
+pod). Only pods on CREATE are remembered, the cache is
+bounded (least recently used out), and it is emptied when the rules or the cluster facts it was built with are
+replaced (a rules reload, a PriorityClass check that saw something new). The response is always built for the
+request at hand (its uid), never remembered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import orjson
+
+from webhook.core.admission import Verdict, resolve_mode, subject_of
+from webhook.core.dra.claims import ClaimIndex
+from webhook.core.facts import ClusterFacts
+from webhook.core.review import AdmissionRequest
+from webhook.core.rules import Rules
+
+SIZE = 512  # entries per worker (the settings' AI_ADMISSION_DECISION_CACHE); 0 turns it off
+_IGNORED_METADATA = ("name", "generateName", "uid", "managedFields")
+
+
+def decision_key(request: AdmissionRequest, *, endpoint: str, mode: str) -> bytes | None:
+    """What the decision for ``request`` depends on, as bytes; None for what is never remembered."""
+    pod = request.object
+    if not request.is_pod_create or not isinstance(pod, dict) or request.sub_resource:
+        return None
+    spec = pod.get("spec")
+    if isinstance(spec, dict) and spec.get("resourceClaims"):
+        return None  # DRA: the verdict depends on the claims known at the time
+    metadata = pod.get("metadata")
+    if isinstance(metadata, dict):
+        pod = {**pod, "metadata": {k: v for k, v in metadata.items() if k not in _IGNORED_METADATA}}
+    try:
+        body = orjson.dumps(pod, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not JSON after all: decide it afresh
+        return None
+    return orjson.dumps([endpoint, mode, request.namespace]) + body
+
+
+class DecisionCache:
+    """A bounded LRU of verdicts, valid for one rules object and one cluster facts object."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self._size = size
+        self._entries: OrderedDict[bytes, tuple[Verdict | None, str]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._rules: Rules | None = None  # held, not compared by id: an id can be reused once an object is gone
+        self._facts: ClusterFacts | None = None
+        self.hits = 0
+
+    def decide(self, request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None,
+               facts: ClusterFacts, decide: Callable[..., Verdict | None],
+               claims: ClaimIndex | None = None) -> Verdict | None:
+        """``decide(request, ...)``'s verdict, remembered when the same pod comes again."""
+        mode = resolve_mode(rules, namespace=request.namespace, path_mode=path_mode)
+        key = decision_key(request, endpoint=endpoint, mode=mode)
+        if key is None:
+            return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts, claims=claims)
+        subject = subject_of(request)
+        with self._lock:
+            if self._rules is not rules or self._facts is not facts:
+                self._entries.clear()
+                self._rules, self._facts = rules, facts
+            found = self._entries.get(key)
+            if found is not None and (found[0] is None or found[0].message is None or found[1] == subject):
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return found[0]
+        verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts, claims=claims)
+        with self._lock:
+            if self._rules is rules and self._facts is facts:
+                self._entries[key] = (verdict, subject)
+                if len(self._entries) > self._size:
+                    self._entries.popitem(last=False)
+        return verdict
+
+    def __len__(self) -> int:
+        return len(self._entries)
+

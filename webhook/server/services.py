@@ -1,0 +1,168 @@
+"""What one worker runs besides its request handlers, started in one place: the rules in force and the
+background services that keep them and the cluster's facts current.
+
+The rules in force are the file's, with the nodes' facts merged in while a node watch runs
+(`webhook.core.catalog.effective`): each change (a rules reload, a node event) computes a new rules object and
+hands it over in one assignment, so requests in flight keep the object they started with. The background
+services are the rules file watch (`webhook.server.reload`), the watches of PriorityClasses, Nodes and DRA claims
+(`webhook.cluster`), and the PolicyReport writer; each is switched by the settings, and each watch is counted by
+the same metrics (`webhook.server.metrics.WatchMetrics`). An app built around given rules (`Services.fixed`,
+for tests) runs none of them unless given.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.cluster.claims import ClaimWatch
+from webhook.cluster.nodes import NodeWatch
+from webhook.cluster.priority_classes import PriorityClassWatch
+from webhook.cluster.reports import ReportWriter
+from webhook.config.rules_file import default_rules_path
+from webhook.config.settings import Settings
+from webhook.core.catalog import effective
+from webhook.core.dra.claims import ClaimIndex
+from webhook.core.facts import NO_FACTS, ClusterFacts
+from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog
+from webhook.core.rules import PriorityClassSpec, Rules
+
+from .metrics import WatchMetrics, instruments
+from .reload import RulesWatch, load_at_start
+
+
+def priority_classes(rules: Rules) -> list[PriorityClassSpec]:
+    """The PriorityClasses the rules set on pods."""
+    return [p.priority_class for p in rules.classes.values() if p.priority_class]
+
+
+@dataclass
+class Services:
+    """The rules in force (``rules``) and the services of one worker; `stop` ends them all."""
+
+    file_rules: Rules
+    rules_watch: RulesWatch | None = None
+    priority_class_watch: PriorityClassWatch | None = None
+    node_watch: NodeWatch | None = None
+    claim_watch: ClaimWatch | None = None
+    report_writer: ReportWriter | None = None
+    rules: Rules = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._discovered: DiscoveredCatalog = UNDISCOVERED
+        self.rules = self.file_rules
+        if self.node_watch is not None:
+            self.node_watch.on_change = self.set_discovered
+            self.set_discovered(self.node_watch.catalog)
+
+    @classmethod
+    def fixed(cls, rules: Rules, *, priority_class_watch: PriorityClassWatch | None = None,
+              node_watch: NodeWatch | None = None, claim_watch: ClaimWatch | None = None) -> Services:
+        """Around given rules, with only the watches given (already built by the caller): for tests."""
+        return cls(rules, priority_class_watch=priority_class_watch, node_watch=node_watch, claim_watch=claim_watch)
+
+    # the rules in force
+
+    def set_rules(self, rules: Rules) -> None:
+        """A reloaded rules file (the nodes' facts merged in again)."""
+        with self._lock:
+            self.file_rules = rules
+            self.rules = effective(rules, self._discovered)
+        if self.priority_class_watch is not None:
+            self.priority_class_watch.refresh()
+
+    def set_discovered(self, discovered: DiscoveredCatalog) -> None:
+        """A changed node catalog (merged into the file's rules)."""
+        with self._lock:
+            self._discovered = discovered
+            self.rules = effective(self.file_rules, discovered)
+        _count_catalog(discovered)
+
+    # what the request path reads
+
+    @property
+    def facts(self) -> ClusterFacts:
+        return self.priority_class_watch.facts if self.priority_class_watch else NO_FACTS
+
+    @property
+    def claim_index(self) -> ClaimIndex | None:
+        return self.claim_watch.index if self.claim_watch else None
+
+    def stop(self) -> None:
+        for service in (self.rules_watch, self.priority_class_watch, self.node_watch, self.claim_watch,
+                        self.report_writer):
+            if service is not None:
+                service.stop()
+
+
+_catalog_products: set[str] = set()
+
+
+def _count_catalog(catalog: DiscoveredCatalog) -> None:
+    if not catalog.known:
+        return
+    metrics = instruments()
+    metrics.catalog_nodes.set(catalog.gpu_nodes)
+    metrics.catalog_models.set(len(catalog.models))
+    metrics.catalog_synced_at.set(catalog.synced_at or 0)
+    for product in _catalog_products | set(catalog.models):
+        model = catalog.models.get(product)
+        metrics.catalog_model_nodes.labels(product).set(len(model.nodes) if model else 0)
+    _catalog_products.update(catalog.models)
+
+
+def _count_priority_classes(facts: ClusterFacts) -> None:
+    if facts.checked:
+        instruments().priority_classes_missing.set(len(facts.missing_priority_classes))
+
+
+def record_certificate_expiry(settings: Settings) -> None:
+    """The expiry gauge from the start of each worker: its TLS context is loaded only at its first connection,
+    and until then the worker's 0 would be the minimum over workers (and look like an expired certificate)."""
+    if settings.tls_dir and Path(settings.tls_dir, "tls.crt").is_file():
+        from .tls import record_expiry
+
+        record_expiry(str(Path(settings.tls_dir, "tls.crt")))
+
+
+def start_services(settings: Settings) -> tuple[Services, str | None]:
+    """A worker's services as the settings ask for them, started; and the rules file's error, when it is broken
+    and the worker started with the last good rules instead."""
+    path = default_rules_path(settings.rules)
+    rules, file_error = load_at_start(path, settings.last_good_rules)
+    observer = WatchMetrics()
+    holder: dict[str, Any] = {}
+
+    def current() -> Rules:
+        return holder["services"].rules if "services" in holder else rules
+
+    priority_class_watch = node_watch = claim_watch = None
+    if settings.priority_class_watch:
+        priority_class_watch = PriorityClassWatch(lambda: priority_classes(current()),
+                                                  resync=settings.cluster_check_seconds, observer=observer,
+                                                  on_change=_count_priority_classes)
+    if settings.node_watch:
+        node_watch = NodeWatch(keys=lambda: holder["services"].file_rules.model_keys if "services" in holder
+                               else rules.model_keys, resync=settings.node_resync_seconds, observer=observer)
+    if settings.claim_watch:
+        claim_watch = ClaimWatch(resync=settings.claims_resync_seconds, observer=observer)
+    services = Services(rules, priority_class_watch=priority_class_watch, node_watch=node_watch,
+                        claim_watch=claim_watch)
+    holder["services"] = services
+    services.rules_watch = RulesWatch(path, services.set_rules, interval=settings.rules_check_seconds,
+                                      last_good=settings.last_good_rules)
+    services.rules_watch.last_error = file_error
+    services.report_writer = ReportWriter(lambda: services.rules, interval=settings.reports_check_seconds,
+                                          lock_dir=settings.metrics_dir, observer=observer)
+    for service in (services.rules_watch, priority_class_watch, node_watch, claim_watch, services.report_writer):
+        if service is not None:
+            service.start()
+    metrics = instruments()
+    metrics.rules_generation.inc()
+    metrics.rules_loaded_at.set(time.time())
+    record_certificate_expiry(settings)
+    return services, file_error
