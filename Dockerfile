@@ -8,11 +8,12 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY setup.cfg setup.py pyproject.toml README.md Makefile ./
+COPY setup.cfg setup.py pyproject.toml README.md Makefile constraints.txt ./
 COPY webhook ./webhook
 COPY certs/__init__.py certs/kube.py ./certs/
 COPY rules/default.yaml ./rules/default.yaml
-# The same two steps `make` uses (tests/test_image.py runs them too): wheels, then an install with no index.
+# The same two steps `make` uses (tests/packaging/test_image.py runs them too): wheels of exactly the versions
+# constraints.txt pins (what the tests ran), then an install with no index.
 RUN python -m venv /opt/ai-admission \
  && make wheels WHEELS=/wheels PYTHON=/opt/ai-admission/bin/python \
  && make install-wheels WHEELS=/wheels PYTHON=/opt/ai-admission/bin/python

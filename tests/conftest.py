@@ -27,11 +27,11 @@ import pytest
 import requests
 
 from certs import ensure_dev_certs
-from tests.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
-from tests.e2e_install import install
-from webhook.server.app import INTERNAL_ERROR_WARNING
-from webhook.core.rules import Rules
+from tests.support.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
+from tests.support.e2e_install import install
 from webhook.config.rules_file import load_rules
+from webhook.core.rules import Rules
+from webhook.server.app import INTERNAL_ERROR_WARNING
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = ROOT / "rules" / "default.yaml"
@@ -177,6 +177,21 @@ def rules() -> Rules:
     return load_rules(RULES_FILE)
 
 
+@pytest.fixture(scope="session")
+def known(rules: Rules) -> str:
+    """The NVIDIA models a message lists: the first eight of the catalog, and how many more."""
+    nvidia = [m.name for m in rules.catalog.values() if m.vendor == "nvidia"]
+    return ", ".join(nvidia[:8]) + f" and {len(nvidia) - 8} more"
+
+
+@pytest.fixture(scope="session")
+def base() -> list[dict[str, Any]]:
+    """manifests/base as kustomize renders it (the installed objects)."""
+    from tests.support.builders import render
+
+    return render("manifests/base")
+
+
 @pytest.fixture(autouse=True)
 def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test when any webhook it talked to had an internal error (unless marked ``internal_errors``)."""
@@ -195,16 +210,33 @@ def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
                     + "\n".join(problems), pytrace=False)
 
 
+FOLDER_MARKERS = {"unit": "unit", "server": "server", "e2e": "e2e", "packaging": "packaging"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that talks to the real server or goes through the API server says so by its fixtures: it carries the
-    ``server`` or ``e2e`` marker without a line of its own, so ``-m "not server and not e2e"`` selects the fast
-    in-process tests (mutation testing runs those)."""
+    """Each test is marked by the folder it is in (tests/unit, tests/server, tests/e2e, tests/packaging), so that
+    ``-m unit`` (or ``pytest tests/unit``) selects the fast in-process tests (mutation testing runs those) and no
+    test has to remember a line of its own. A test in tests/unit must not start a server or reach an API server:
+    the fixtures that do refuse to (`_in_its_folder`)."""
     for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if "server" in names:
-            item.add_marker(pytest.mark.server)
-        if "control_plane" in names:
-            item.add_marker(pytest.mark.e2e)
+        parts = Path(str(item.path)).relative_to(ROOT / "tests").parts
+        marker = FOLDER_MARKERS.get(parts[0]) if len(parts) > 1 else None
+        if marker:
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+SERVER_FIXTURES = {"server": ("server", "e2e"), "control_plane": ("e2e",), "webhook_installed": ("e2e",)}
+
+
+@pytest.fixture(autouse=True)
+def _in_its_folder(request: pytest.FixtureRequest) -> None:
+    """A test that talks to a server or an API server lives in the folder that says so (its marker comes from
+    there): a test in tests/unit that asks for the session's server fails, with where to move it."""
+    where = Path(str(request.node.path)).relative_to(ROOT / "tests").parts[0]
+    for fixture, folders in SERVER_FIXTURES.items():
+        if fixture in request.fixturenames and where not in folders:
+            pytest.fail(f"{request.node.nodeid} uses the {fixture} fixture: move it to tests/{folders[0]}",
+                        pytrace=False)
 
 
 @functools.cache
@@ -248,7 +280,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 @pytest.fixture(scope="session")
 def webhook_installed(control_plane: ControlPlane, server: Server, rules: Rules) -> ControlPlane:
-    """The session's server registered for every namespace without a route label (see tests.e2e_install)."""
+    """The session's server registered for every namespace without a route label (see tests.support.e2e_install)."""
     install(control_plane, url=server.url, ca=Path(server.ca), rules=rules)
     return control_plane
 

@@ -42,13 +42,13 @@ import yaml
 from certs import ensure_dev_certs
 from tests.bench.run import Server, build, machine
 from tests.conftest import ROOT, free_port
-from tests.control_plane import ControlPlane, find_binaries, namespace_name
-from tests.e2e_install import ROUTE_LABEL, routed_configurations
-from tests.e2e_load import PodLoad
-from tests.fixtures import POD_CASES
-from tests.test_operations import metric
-from webhook.generate.webhooks import priority_classes
+from tests.support.control_plane import ControlPlane, find_binaries, namespace_name
+from tests.support.e2e_install import ROUTE_LABEL, routed_configurations
+from tests.support.e2e_load import PodLoad
+from tests.support.fixtures import POD_CASES
+from tests.support.metrics import metric
 from webhook.config.rules_file import load_rules
+from webhook.generate.webhooks import priority_classes
 
 BURST_POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
@@ -85,7 +85,7 @@ class Run:
 
 
 def mix_pods() -> list[dict[str, Any]]:
-    from tests.test_e2e_apiserver import for_apiserver
+    from tests.support.apiserver import for_apiserver
 
     return [for_apiserver(case.pod, "placeholder") for case in POD_CASES]
 

@@ -22,8 +22,8 @@ from typing import Any
 from flask import Flask, Response, request
 
 from tests.bench.e2e import BURST_POD, mix_pods
-from webhook.core.admission import mutate_verdict
 from webhook.config.rules_file import default_rules_path, load_rules
+from webhook.core.admission import mutate_verdict
 
 app = Flask("patching")
 

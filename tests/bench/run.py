@@ -29,8 +29,8 @@ import yaml
 
 from certs import ensure_dev_certs
 from tests.conftest import ROOT, free_port
-from tests.fixtures import POD_CASES
-from tests.reviews import admission_review
+from tests.support.fixtures import POD_CASES
+from tests.support.reviews import admission_review
 from webhook.compiled import built_modules
 
 GUNICORN = str(Path(sys.executable).with_name("gunicorn"))
@@ -142,7 +142,7 @@ def wrk(server: Server, script: Path, *, connections: int, seconds: int, threads
     done = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script),
                            server.url], capture_output=True, text=True, timeout=seconds + 60)
     cpu_seconds = (server.worker_cpu_ticks() - before) / os.sysconf("SC_CLK_TCK")
-    line = next(l for l in done.stdout.splitlines() if l.startswith("RESULT "))
+    line = next(text for text in done.stdout.splitlines() if text.startswith("RESULT "))
     data = json.loads(line.removeprefix("RESULT "))
     return Run(requests_per_second=data["requests"] / (data["duration_us"] / 1e6), p50_ms=data["p50"] / 1000,
                p90_ms=data["p90"] / 1000, p99_ms=data["p99"] / 1000, max_ms=data["max"] / 1000,
@@ -192,8 +192,8 @@ def many_signals_rules(path: Path, extra: int) -> Path:
 def machine() -> str:
     cpu = "unknown CPU"
     try:
-        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                   if l.startswith("model name"))
+        cpu = next(text.split(":", 1)[1].strip() for text in Path("/proc/cpuinfo").read_text().splitlines()
+                   if text.startswith("model name"))
     except (OSError, StopIteration):
         pass
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {platform.system()}"

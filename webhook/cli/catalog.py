@@ -30,7 +30,7 @@ def render_table(discovered: DiscoveredCatalog, rules: Rules) -> str:
         rows.append((model.product, known.name if known else "(not in the rules)", model.vendor, _memory(model),
                      per_node, str(len(model.nodes)), names, ", ".join(model.mig_profiles) or "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows]
     lines.append(f"{discovered.gpu_nodes} GPU nodes, {len(discovered.models)} models")
     if discovered.unlabelled_nodes:
         lines.append(f"GPU nodes without product labels (no GPU feature discovery or node labeller there): "

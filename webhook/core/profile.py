@@ -177,7 +177,7 @@ def _asking(facts: PodFacts, kind: str, rules: Rules, problems: list[Finding],
         if not isinstance(container, dict):
             continue
         amounts, malformed = _accelerator_amounts(
-            container, rules, lambda: f'{label} "{container.get("name", "?")}"', problems)
+            container, rules, lambda: f'{label} "{container.get("name", "?")}"', problems)  # noqa: B023 - called now
         if amounts or malformed:
             users.append((kind, index))
         yield container, amounts

@@ -16,9 +16,11 @@ import gc
 import logging
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 from webhook.config.rules_file import keep_as_last_good, load_rules
 from webhook.config.settings import Settings, SettingsError
@@ -69,7 +71,7 @@ loglevel = "info"
 _contexts: dict[tuple[str, str], ReloadingContext] = {}
 
 
-def ssl_context(conf, default_ssl_context_factory):  # noqa: ANN001 - gunicorn's hook signature
+def ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
     """One cached context per worker, reloaded when the certificate files change (see webhook.server.tls)."""
     key = (conf.certfile, conf.keyfile)
     cached = _contexts.get(key)
@@ -79,7 +81,7 @@ def ssl_context(conf, default_ssl_context_factory):  # noqa: ANN001 - gunicorn's
     return cached.get()
 
 
-def post_fork(server, worker) -> None:  # noqa: ANN001
+def post_fork(server: Any, worker: Any) -> None:
     """One JSON line per admission on stderr, from logger ``ai_admission`` (see webhook.server.app)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -89,32 +91,32 @@ def post_fork(server, worker) -> None:  # noqa: ANN001
     logger.propagate = False
 
 
-def post_worker_init(worker) -> None:  # noqa: ANN001
+def post_worker_init(worker: Any) -> None:
     """Move everything loaded so far (Flask, the kubernetes client, the rules) out of the garbage collector's
     way: a full collection otherwise walks those ~50k objects again and again (about 30 ms each here), stalling
     every request thread of the worker. Request garbage is still collected as usual."""
     gc.freeze()
 
 
-def worker_exit(server, worker) -> None:  # noqa: ANN001
+def worker_exit(server: Any, worker: Any) -> None:
     """Write out what the worker still has queued (counts, admission log lines; see webhook.server.batching)."""
     from webhook.server import batching
 
     batching.flush_all()
 
 
-def child_exit(server, worker) -> None:  # noqa: ANN001
+def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
 
 
-def pre_fork(server, worker) -> None:  # noqa: ANN001
+def pre_fork(server: Any, worker: Any) -> None:
     """The worker serves one slot's listening socket (see webhook.server.listeners)."""
     listeners.assign(server, worker)
 
 
-def on_starting(server) -> None:  # noqa: ANN001
+def on_starting(server: Any) -> None:
     """Check the rules before any worker forks: a bad file stops start-up with one line, not a crash loop.
 
     Also empties the metrics directory (values of a previous run must not be counted again), binds one listening

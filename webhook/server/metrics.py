@@ -169,12 +169,14 @@ def _add(records: list[Record]) -> None:
         for reason in reasons:
             denials[reason, mode] += 1
         durations[series[0]].append(seconds)
-    for series, count in requests.items():
-        _request_series(*series).inc(count)
-    for (reason, mode), count in denials.items():
-        _denial_series(reason, mode).inc(count)
+    # the request counts last: a scrape (from another worker, mid-way through this) that sees a request counted
+    # also sees its duration and its denial reasons
     for endpoint, values in durations.items():
         _observe_all(_latency_series(endpoint), values)
+    for (reason, mode), count in denials.items():
+        _denial_series(reason, mode).inc(count)
+    for series, count in requests.items():
+        _request_series(*series).inc(count)
 
 
 def _observe_all(histogram: Histogram, values: list[float]) -> None:
@@ -190,7 +192,7 @@ def _observe_all(histogram: Histogram, values: list[float]) -> None:
     counts = [0] * len(bounds)
     for value in values:
         counts[bisect.bisect_left(bounds, value)] += 1  # the first bound >= value; the last bound is +Inf
-    for bucket, count in zip(buckets, counts):
+    for bucket, count in zip(buckets, counts, strict=True):
         if count:
             bucket.inc(count)
     total.inc(sum(values))

@@ -1,0 +1,120 @@
+"""The backstop policy as generated: bindings that resolve a namespace's mode as the webhooks do, every kind the
+webhook judges read, and CEL the admission environment compiles (tests/test_e2e_backstop.py sends it through a
+real API server and holds it to the webhook's verdicts)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.conftest import RULES_FILE
+from webhook.config.rules_file import load_rules
+from webhook.core.kinds import KINDS
+from webhook.core.rules import compile_rules
+from webhook.generate import backstop
+
+RULES = load_rules(RULES_FILE)
+
+
+def with_modes(default: str, namespaces: dict[str, str]) -> Any:
+    document = copy.deepcopy(RULES.raw)
+    document["modes"] = {"default": default, "namespaces": namespaces}
+    return compile_rules(document)
+
+
+def selected(binding: dict[str, Any]) -> list[dict[str, Any]]:
+    return binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+
+
+def test_bindings_follow_labels_then_the_rules_namespace_map_then_the_default() -> None:
+    bindings = {b["metadata"]["name"].removeprefix(backstop.NAME + "-"): b
+                for b in backstop.bindings(with_modes("deny", {"sandbox": "warn", "legacy": "audit"}))}
+    assert sorted(bindings) == ["audit", "audit-label", "deny", "warn", "warn-label"]
+    assert {k: b["spec"]["validationActions"] for k, b in bindings.items()} == {
+        "deny": ["Deny"], "warn": ["Warn"], "warn-label": ["Warn"], "audit": ["Audit"], "audit-label": ["Audit"]}
+    unlabelled = {"key": "ai-admission.io/mode", "operator": "NotIn", "values": ["warn", "audit"]}
+    assert selected(bindings["deny"]) == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": ["kube-system", "kube-node-lease", "ai-admission", "legacy", "sandbox"]}, unlabelled]
+    assert selected(bindings["warn"])[1:] == [unlabelled, {"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                           "values": ["sandbox"]}]
+    assert selected(bindings["audit-label"])[1:] == [{"key": "ai-admission.io/mode", "operator": "In",
+                                                      "values": ["audit"]}]
+    # cluster-scoped kinds (no namespace) take the default; every other binding is for namespaced objects only
+    assert "resourceRules" not in bindings["deny"]["spec"]["matchResources"]
+    for name in ("warn", "warn-label", "audit", "audit-label"):
+        assert bindings[name]["spec"]["matchResources"]["resourceRules"][0]["scope"] == "Namespaced"
+
+
+def test_a_default_of_warn_binds_deny_only_where_the_rules_say_deny() -> None:
+    bindings = {b["metadata"]["name"].removeprefix(backstop.NAME + "-"): b
+                for b in backstop.bindings(with_modes("warn", {"prod": "deny"}))}
+    assert sorted(bindings) == ["audit-label", "deny", "warn", "warn-label"]
+    assert selected(bindings["deny"])[-1] == {"key": "kubernetes.io/metadata.name", "operator": "In",
+                                              "values": ["prod"]}
+    assert "resourceRules" not in bindings["warn"]["spec"]["matchResources"]
+
+
+def test_extra_namespace_expressions_narrow_every_binding() -> None:
+    extra = {"key": "team", "operator": "In", "values": ["ml"]}
+    assert all(selected(b)[-1] == extra for b in backstop.bindings(RULES, [extra]))
+
+
+def test_every_kind_the_webhook_judges_is_read_and_matched() -> None:
+    assert sorted(backstop.readable_kinds()) == sorted(KINDS)
+    policy = backstop.policy(RULES)
+    matched = {(g, r) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {(k.group, k.resource) for k in KINDS.values()} | {("", "pods")} == matched
+    views = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "views")
+    for entry in KINDS.values():
+        assert f"variables.resource == '{entry.group}/{entry.resource}'" in views
+
+
+def test_the_policy_fails_closed_and_names_what_to_add() -> None:
+    spec = backstop.policy(RULES)["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (validation,) = spec["validations"]
+    assert validation["reason"] == "Forbidden"
+    assert '"ai-admission.io/gpu-model: a100-80g"' in validation["messageExpression"]
+    assert '"ai-admission.io/gpu-memory: ' in validation["messageExpression"]
+
+
+def test_no_cel_bind_reaches_the_api_server() -> None:
+    """The admission CEL environment has no cel.bind: every one is rewritten into a one-element map."""
+    text = str(backstop.manifests(RULES))
+    assert "cel.bind" not in text
+    assert backstop.without_bind("cel.bind(a, f(1, 'x,)'), cel.bind(b, [a, 2], a + b))") == \
+        "[dyn(f(1, 'x,)'))].map(a, [dyn([a, 2])].map(b, a + b)[0])[0]"
+    with pytest.raises(ValueError):
+        backstop.without_bind("cel.bind(a, (1, 2)")
+
+
+def test_the_rules_shape_the_cel() -> None:
+    """Accelerators, model keys, memory resources and MIG come from the rules, not from the code."""
+    document = copy.deepcopy(RULES.raw)
+    document["accelerators"]["resources"]["example.com/npu"] = "nvidia"
+    document["modelKeys"] = [*document["modelKeys"], "example.com/accelerator-model"]
+    document["accelerators"]["migNeedsModel"] = True
+    facts = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
+                 if v["name"] == "facts")
+    assert "'example.com/npu'" in facts and "'example.com/accelerator-model'" in facts
+    default = next(v["expression"] for v in backstop.policy(RULES)["spec"]["variables"] if v["name"] == "facts")
+    # the MIG pattern: twice to find accelerators (limits, requests), then as the model (unless migNeedsModel) and
+    # as the memory
+    assert default.count("n.matches('^nvidia") == 4 and facts.count("n.matches('^nvidia") == 3
+
+
+def test_the_toleration_policy_follows_the_rules() -> None:
+    policy, binding = backstop.toleration_policy(RULES)
+    assert policy["kind"] == "MutatingAdmissionPolicy" and policy["spec"]["failurePolicy"] == "Ignore"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": ["kube-system", "kube-node-lease", "ai-admission"]}]
+    assert "cel.bind" not in str(policy)
+    document = copy.deepcopy(RULES.raw)
+    document.setdefault("mutation", {})["gpuTolerations"] = False
+    assert backstop.toleration_policy(compile_rules(document)) == []

@@ -1,0 +1,51 @@
+"""The layers of the package are enforced, not just drawn: import-linter's contracts (setup.cfg) hold for the
+tree as it is, and break when a core module imports from the server, or starts a thread."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
+
+
+def copy_of_the_package(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    for folder in ("webhook", "certs"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    shutil.copy(ROOT / "setup.cfg", root / "setup.cfg")
+    return root
+
+
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+
+
+def test_the_tree_keeps_its_layers(tmp_path: Path) -> None:
+    done = lint(copy_of_the_package(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 3 kept, 0 broken." in done.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("webhook/core/policy.py", "from webhook.server import metrics", "Layers: cli > server"),
+    ("webhook/core/mutate.py", "import threading", "The core does no I/O"),
+    ("webhook/cluster/nodes.py", "from webhook.generate import webhooks", "Layers: cli > server"),
+    ("certs/__init__.py", "from webhook.cluster import client", "The certificate tooling stands alone"),
+])
+def test_an_import_across_a_layer_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
+    root = copy_of_the_package(tmp_path)
+    source = root / module
+    source.write_text(source.read_text() + f"\n{line}  # noqa\n")
+    done = lint(root)
+    assert done.returncode != 0
+    broken = [part for part in done.stdout.split("\n\n") if "BROKEN" in part]
+    assert any(contract in part for part in broken), done.stdout

@@ -1,0 +1,203 @@
+"""manifests/: renders with kustomize, every object is schema-valid, and it agrees with the code it deploys."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from tests.conftest import ROOT
+from tests.support.builders import CLI, find, render
+from tests.support.reviews import K8S_VERSION
+from webhook.core.kinds import KINDS
+from webhook.core.rules import Rules
+from webhook.server.draining import GRACEFUL_SECONDS
+
+OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",
+            "manifests/overlays/policy-reports", "manifests/overlays/backstop"]
+
+
+FOREIGN_GROUPS = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}
+
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) is not installed")
+
+
+
+
+
+
+@pytest.mark.parametrize("path", OVERLAYS)
+def test_every_rendered_object_is_valid(path: str) -> None:
+    objects = render(path)
+    assert objects
+    for obj in objects:
+        if obj["apiVersion"] in FOREIGN_GROUPS:
+            assert obj["spec"] and obj["metadata"]["namespace"] == "ai-admission", obj["metadata"]
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path}: {obj['kind']}/{obj['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+@pytest.mark.parametrize("command,path", [("priorityclasses", "base/priorityclasses.yaml"),
+                                          ("webhooks", "base/webhooks.yaml"),
+                                          ("policy", "components/backstop/policy.yaml"),
+                                          ("tolerations", "components/backstop-tolerations/tolerations.yaml")])
+def test_generated_manifests_are_current(command: str, path: str) -> None:
+    done = subprocess.run([CLI, "manifests", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    committed = (ROOT / "manifests" / path).read_text()
+    assert done.stdout == committed, f"run: ai-admission manifests {command} > manifests/{path}"
+
+
+def test_priority_classes_match_the_rules(base: list[dict[str, Any]], rules: Rules) -> None:
+    classes = {o["metadata"]["name"]: o for o in base if o["kind"] == "PriorityClass"}
+    for policy in rules.classes.values():
+        assert policy.priority_class is not None
+        installed = classes[policy.priority_class.name]
+        assert installed["value"] == policy.priority_class.value
+        assert installed["preemptionPolicy"] == policy.priority_class.preemption_policy
+    values = {name: classes[f"ai-{name}"]["value"] for name in ("inference", "training", "hpo", "batch")}
+    assert values["inference"] > values["training"] > values["hpo"] > values["batch"]
+    assert classes["ai-batch"]["preemptionPolicy"] == "Never"
+
+
+def test_webhook_settings(base: list[dict[str, Any]]) -> None:
+    mutating = find(base, "MutatingWebhookConfiguration")["webhooks"]
+    validating = find(base, "ValidatingWebhookConfiguration")["webhooks"]
+    for webhook in [*mutating, *validating]:
+        assert webhook["sideEffects"] == "None"
+        assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
+        assert webhook["failurePolicy"] == "Ignore"
+        assert webhook["matchPolicy"] == "Equivalent"
+        assert 1 <= webhook["timeoutSeconds"] <= 10
+        excluded = webhook["namespaceSelector"]["matchExpressions"][0]
+        assert excluded == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                            "values": ["kube-system", "kube-node-lease", "ai-admission"]}
+        (condition,) = webhook["matchConditions"]  # only pods the rules may concern are sent (test_match_conditions)
+        assert condition["name"] == "may-concern-ai-admission"
+    assert mutating[0]["reinvocationPolicy"] == "IfNeeded"
+    for webhook in validating:  # controllers and CRDs are always sent to the validating entries
+        assert webhook["matchConditions"][0]["expression"].startswith("request.resource.resource != 'pods'\n|| ")
+    assert [w["clientConfig"]["service"]["path"] for w in validating] == ["/validate", "/validate/warn", "/validate/audit"]
+    modes = [w["namespaceSelector"]["matchExpressions"][1] for w in validating]
+    assert modes == [{"key": "ai-admission.io/mode", "operator": "NotIn", "values": ["warn", "audit"]},
+                     {"key": "ai-admission.io/mode", "operator": "In", "values": ["warn"]},
+                     {"key": "ai-admission.io/mode", "operator": "In", "values": ["audit"]}]
+
+
+def test_validating_rules_cover_every_template_kind(base: list[dict[str, Any]]) -> None:
+    for webhook in find(base, "ValidatingWebhookConfiguration")["webhooks"]:
+        covered = {(g, r) for rule in webhook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+        assert ("", "pods") in covered
+        assert {(k.group, k.resource) for k in KINDS.values()} <= covered
+        claims = [rule for rule in webhook["rules"] if rule["apiGroups"] == ["resource.k8s.io"]]
+        assert claims == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                           "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}]
+
+
+def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]]) -> None:
+    deployment = find(base, "Deployment", "ai-admission")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert deployment["spec"]["replicas"] >= 2
+    assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] > 0
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["AI_ADMISSION_BIND"] == "0.0.0.0:8443"
+    # draining after SIGTERM, then gunicorn's graceful_timeout, both within the grace period (webhook.draining)
+    assert spec["terminationGracePeriodSeconds"] > float(env["AI_ADMISSION_DRAIN_SECONDS"]) + 1 + GRACEFUL_SECONDS
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[env["AI_ADMISSION_TLS_DIR"]] == "tls" and mounts[env["AI_ADMISSION_RULES"]] == "rules"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["rules"]["configMap"]["name"] == find(base, "ConfigMap")["metadata"]["name"]
+    assert find(base, "ConfigMap")["data"]["rules.yaml"] == (ROOT / "rules" / "default.yaml").read_text()
+    pdb = find(base, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_cert_manager_overlay_replaces_the_cert_job() -> None:
+    objects = render("manifests/overlays/cert-manager")
+    kinds = {o["kind"] for o in objects}
+    assert "Job" not in kinds and "CronJob" not in kinds
+    serving = find(objects, "Certificate", "ai-admission-serving")
+    assert serving["spec"]["secretName"] == "ai-admission-tls"
+    assert "ai-admission.ai-admission.svc" in serving["spec"]["dnsNames"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        annotations = find(objects, kind)["metadata"]["annotations"]
+        assert annotations["cert-manager.io/inject-ca-from"] == "ai-admission/ai-admission-serving"
+
+
+def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
+    roles = {(o["kind"], o["metadata"]["name"]): o["rules"] for o in base if o["kind"] in ("Role", "ClusterRole")}
+    assert roles[("ClusterRole", "ai-admission-read-priorityclasses")] == [
+        {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]}]
+    assert roles[("ClusterRole", "ai-admission-read-nodes")] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    assert roles[("ClusterRole", "ai-admission-watch-resourceclaims")] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
+         "verbs": ["list", "watch"]}]
+    bound = {(o["roleRef"]["name"], s["name"]) for o in base if o["kind"] == "ClusterRoleBinding"
+             for s in o["subjects"]}
+    assert {("ai-admission-watch-resourceclaims", "ai-admission"), ("ai-admission-read-nodes", "ai-admission")} <= bound
+    for rules in roles.values():
+        for rule in rules:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"])
+    webhook_rule = roles[("ClusterRole", "ai-admission-certs")][0]
+    assert webhook_rule["resourceNames"] == ["ai-admission"] and webhook_rule["verbs"] == ["get", "patch"]
+
+
+def test_prometheus_overlay_adds_monitoring_to_the_base(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/prometheus")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert added == {("ServiceMonitor", "ai-admission"), ("PrometheusRule", "ai-admission"),
+                     ("ConfigMap", "ai-admission-dashboard")}
+    dashboard = find(objects, "ConfigMap", "ai-admission-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["ai-admission.json"])["uid"] == "ai-admission"
+    monitor = find(objects, "ServiceMonitor")
+    service = find(objects, "Service", "ai-admission")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] and endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "ai-admission.ai-admission.svc"
+
+
+def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/backstop")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    name = "ai-admission-gpu-model-and-memory"
+    assert added == {("ValidatingAdmissionPolicy", name), ("ValidatingAdmissionPolicyBinding", f"{name}-deny"),
+                     ("ValidatingAdmissionPolicyBinding", f"{name}-warn-label"),
+                     ("ValidatingAdmissionPolicyBinding", f"{name}-audit-label")}
+
+
+def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]]) -> None:
+    objects = render("manifests/overlays/policy-reports")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    assert added == {("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
+                     ("ClusterRole", "ai-admission-policy-reports"), ("ClusterRoleBinding", "ai-admission-policy-reports")}
+    crd = find(objects, "CustomResourceDefinition")
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha2"]
+    rules = find(objects, "ClusterRole", "ai-admission-policy-reports")["rules"]
+    readable = {(g, r) for rule in rules if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {(k.group, k.resource) for k in KINDS.values()} | {("", "pods")} <= readable
+    (writes,) = [rule for rule in rules if rule["verbs"] != ["list"]]
+    assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create", "update"]}
+    binding = find(objects, "ClusterRoleBinding", "ai-admission-policy-reports")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai-admission", "namespace": "ai-admission"}]
