@@ -9,7 +9,7 @@ WHEELS ?= dist/wheels
 # The admission core compiled with mypyc next to its sources (see setup.py); rebuilt when any source changes.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: serve test lint venv compile pure clean wheels install-wheels bench bench-e2e mutation e2e-deps lock
+.PHONY: serve test lint generated venv compile pure clean wheels install-wheels bench bench-e2e mutation e2e-deps lock
 
 # What was tested: every dependency pinned (setup.cfg keeps the compatible ranges). `make lock` refreshes it.
 CONSTRAINTS := constraints.txt
@@ -20,6 +20,19 @@ $(STAMP): setup.cfg pyproject.toml setup.py $(CONSTRAINTS)
 	$(BIN)/pip install --quiet --upgrade pip
 	AI_ADMISSION_PURE_PYTHON=1 PIP_CONSTRAINT=$(abspath $(CONSTRAINTS)) $(BIN)/pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
+
+# Every file generated from the code and the rules, written afresh (the tests compare each committed copy with
+# what the code generates and name this target when one is stale): the webhook configurations, PriorityClasses,
+# the backstop policies, the Prometheus objects, and the reference pages of docs/.
+generated: $(STAMP)
+	$(BIN)/ai-admission manifests priorityclasses >manifests/base/priorityclasses.yaml
+	$(BIN)/ai-admission manifests webhooks >manifests/base/webhooks.yaml
+	$(BIN)/ai-admission manifests policy >manifests/components/backstop/policy.yaml
+	$(BIN)/ai-admission manifests tolerations >manifests/components/backstop-tolerations/tolerations.yaml
+	$(BIN)/ai-admission manifests dashboard >manifests/components/prometheus/dashboard.json
+	$(BIN)/ai-admission manifests prometheusrule >manifests/components/prometheus/prometheusrule.yaml
+	$(BIN)/ai-admission manifests servicemonitor >manifests/components/prometheus/servicemonitor.yaml
+	$(BIN)/ai-admission docs --dir docs/reference
 
 # Resolve the newest releases setup.cfg's ranges allow, in a throwaway venv, and pin them (the package itself and
 # pip's own tools left out). Review the diff, run `make test`, commit.

@@ -52,7 +52,7 @@ def test_every_rendered_object_is_valid(path: str) -> None:
 def test_generated_manifests_are_current(command: str, path: str) -> None:
     done = subprocess.run([CLI, "manifests", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
     committed = (ROOT / "manifests" / path).read_text()
-    assert done.stdout == committed, f"run: ai-admission manifests {command} > manifests/{path}"
+    assert done.stdout == committed, f"stale: run make generated (ai-admission manifests {command} > manifests/{path})"
 
 
 def test_priority_classes_match_the_rules(base: list[dict[str, Any]], rules: Rules) -> None:

@@ -27,7 +27,7 @@ COMPONENT = ROOT / "manifests" / "components" / "prometheus"
 def test_committed_copies_are_current(name: str, text: Any) -> None:
     what = name.split(".")[0]
     assert (COMPONENT / name).read_text() == text(), \
-        f"run: ai-admission manifests {what} > manifests/components/prometheus/{name}"
+        f"stale: run make generated (ai-admission manifests {what} > manifests/components/prometheus/{name})"
 
 
 def test_dashboard_panels_do_not_overlap() -> None:

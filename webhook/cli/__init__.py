@@ -212,6 +212,14 @@ def _manifests(args: argparse.Namespace) -> int:
     return 0
 
 
+def _docs(args: argparse.Namespace) -> int:
+    from . import reference
+
+    changed = reference.write(Path(args.dir))
+    print(f"{args.dir}: " + (", ".join(changed) + " written" if changed else "current"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ai-admission", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -270,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
                                            f"PriorityClasses, which pods the webhooks are sent, and the backstop "
                                            f"policy (the ValidatingAdmissionPolicy and its bindings)")
     manifests.set_defaults(func=_manifests)
+
+    docs = commands.add_parser("docs", help="write the reference pages generated from the code (reason codes, rules "
+                                            "keys, environment variables, metrics)")
+    docs.add_argument("--dir", default="docs/reference", help="where (default docs/reference)")
+    docs.set_defaults(func=_docs)
 
     certs = commands.add_parser("certs", help="certificate tooling")
     certs_commands = certs.add_subparsers(dest="certs_command", required=True)

@@ -27,3 +27,62 @@ def deny(code: str, message: str) -> Finding:
 
 def warn(code: str, message: str) -> Finding:
     return Finding(code=code, message=message, severity="warn")
+
+
+@dataclass(frozen=True)
+class Code:
+    """A reason code as documented: its usual severity, what it means, and what the user does about it."""
+
+    code: str
+    severity: str  # "deny", "warn", or "deny or warn" where the rules choose
+    meaning: str
+    fix: str
+
+
+# Every reason code ai-admission can give, in the order a reader meets them. The reference page
+# (docs/reference/reason-codes.md) is generated from this table and a test fails when a code the core gives is not
+# here. Codes are stable: metrics (ai_admission_denials_total{reason}), logs, audit annotations and PolicyReports
+# key on them.
+CODES: tuple[Code, ...] = (
+    Code("gpu-model-missing", "deny", "the pod asks for GPUs but says nothing that pins which model",
+         "select nodes by a model label (nodeSelector or required node affinity on gpu-type, nvidia.com/gpu.product, "
+         "cloud.google.com/gke-accelerator, an instance type) or add annotation ai-admission.io/gpu-model"),
+    Code("gpu-memory-missing", "deny", "the pod asks for GPUs but does not say how much GPU memory each needs",
+         "add annotation ai-admission.io/gpu-memory (per GPU), or ai-admission.io/model-params with "
+         "ai-admission.io/model-precision, or select nodes by nvidia.com/gpu.memory"),
+    Code("gpu-model-unknown", "deny", "the model the pod names is neither in the catalog nor on any node",
+         "name a model of the catalog (the message lists them, or what the cluster has)"),
+    Code("gpu-model-not-in-cluster", "deny or warn",
+         "the catalog knows the model but no node of the cluster has it (the pod would stay Pending); a warning "
+         "unless the rules' nodeCatalog.modelWithoutNodes is deny",
+         "choose a model the cluster has, or add nodes of it"),
+    Code("gpu-model-conflict", "deny", "two places name different models (the annotation and the nodeSelector, "
+         "a claim and the nodeSelector, two claims)", "keep one of them"),
+    Code("gpu-vendor-mismatch", "deny", "the accelerator resource is one vendor's and the model another's "
+         "(amd.com/gpu with an NVIDIA model)", "name a model of the vendor the pod asks for"),
+    Code("gpu-count-exceeds-node", "deny", "more GPUs in one pod than one node of the model holds",
+         "split the work over several pods, or ask for fewer GPUs"),
+    Code("gpu-memory-exceeds", "deny", "the memory need does not fit the GPUs the pod (or the whole job) gets",
+         "ask for the GPU count the message gives, a model with more memory, or more pods"),
+    Code("gpu-memory-sharded", "warn", "the model fits only sharded over every GPU of the job",
+         "nothing, if the job shards it (FSDP, ZeRO-3, tensor and pipeline parallelism); else more GPUs"),
+    Code("gpu-request-limit-mismatch", "deny", "an accelerator's request and limit differ (devices cannot be "
+         "overcommitted)", "set both to the same whole number"),
+    Code("invalid-quantity", "deny", "an accelerator amount is not a whole number of devices",
+         "write a whole number (\"1\", 8)"),
+    Code("invalid-annotation", "deny", "an ai-admission.io/ annotation cannot be understood",
+         "write it as the message says (a class name, a quantity, true or false)"),
+    Code("priority-class-not-allowed", "deny", "the pod names a PriorityClass its workload class may not take",
+         "use one the message lists, or leave priorityClassName empty"),
+    Code("host-memory-request-missing", "warn", "a GPU container requests no host memory (staging a model "
+         "without one ends OOMKilled)", "set resources.requests.memory"),
+    Code("tensor-parallel-over-pcie", "warn", "one model split over several cards joined only by PCIe",
+         "prefer an NVLink model, or fewer, larger cards"),
+    Code("training-not-guaranteed", "warn", "a training pod is not Guaranteed QoS, so it is evicted first under "
+         "memory pressure", "set requests equal to limits for cpu and memory in every container"),
+    Code("gpu-allocation-all", "deny", "a DRA request with allocationMode All for a GPU class takes every GPU "
+         "of a node", "ask for a count (exactly.count), or set dra.allowAllocationModeAll in the rules"),
+    Code("gpu-product-name-form", "warn", "a DRA selector compares the product name with a node-label form "
+         "(no spaces), which matches no NVIDIA device", "write the name as nvidia-smi prints it, with spaces"),
+)
+CODES_BY_NAME: dict[str, Code] = {c.code: c for c in CODES}
