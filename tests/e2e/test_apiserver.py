@@ -4,7 +4,7 @@ What only a real API server shows: its admission order (built-in plugins such as
 webhooks, reinvocation), that it accepts our JSON Patches, what kubectl prints for a denial or a warning, the
 namespace selectors as shipped, and what ``failurePolicy: Ignore`` does when the server is gone. Every test
 works in a namespace of its own (see tests/conftest.py); how the session's registration is shared is explained
-in tests/e2e_install.py.
+in tests/support/e2e_install.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The backstop ValidatingAdmissionPolicy through a real kube-apiserver: it agrees with the webhook.
 
-The policy (`webhook.backstop`) must deny exactly what the webhook denies as ``gpu-model-missing`` or
+The policy (`webhook.generate.backstop`) must deny exactly what the webhook denies as ``gpu-model-missing`` or
 ``gpu-memory-missing``, and nothing else. Every fixture pod and every object of tests/manifests goes through the
 API server (server dry run) in a namespace that only the policy watches (no webhook is registered for it), and
 the API server's answer is compared with the webhook's own verdict on the same object, template by template.

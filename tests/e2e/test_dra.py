@@ -2,7 +2,7 @@
 
 The DeviceClasses are created as NVIDIA's DRA driver installs them; claim templates and claims are created for
 real (the API server defaults, converts and validates them before the webhook sees them), and pods take them.
-The webhook server of this module watches the control plane's claims (`webhook.dra_watch`), as a deployed one
+The webhook server of this module watches the control plane's claims (`webhook.cluster.claims`), as a deployed one
 watches its cluster's; a test that creates a template and then a pod waits until every worker has seen the
 template (`wait_seen`), the way the PriorityClass tests wait for the background check.
 """
@@ -111,7 +111,7 @@ def wait_seen(server: Server, kind: str, created: dict[str, Any]) -> None:
     """Until every worker's watch has reached the resourceVersion ``created`` was stored at.
 
     Each /readyz is a new connection, which SO_REUSEPORT hands to either worker: 24 of them reach both but for
-    a chance of about 1 in 8 million (as in tests/test_cluster.py).
+    a chance of about 1 in 8 million (as in tests/server/test_cluster.py).
     """
     version = int(created["metadata"]["resourceVersion"])
 

@@ -6,7 +6,7 @@ worker replaced) and finally the master is SIGTERMed (a rolling update): every p
 mutated and every bare GPU pod denied. Under ``failurePolicy: Ignore`` a call that fails is a pod admitted
 unchecked, so any reset connection or timed-out call shows up here as a pod with the wrong outcome.
 
-Before the master owned the listening sockets (webhook.listeners), every SIGHUP or worker SIGTERM under this
+Before the master owned the listening sockets (webhook.server.listeners), every SIGHUP or worker SIGTERM under this
 load lost about one pod (connections queued on the stopping worker's own socket were reset). Faults are a few
 seconds apart: a new worker needs a moment to boot on this busy machine, and faults that stop workers before
 they have booted keep a slot without a server (calls wait, then time out after the webhook's 5 s).

@@ -1,8 +1,8 @@
 """The GPU catalog discovered from the nodes: what node labels mean, how it merges with the rules, and the
 server watching a real API server (Node objects created through it, no kubelet needed).
 
-Node label values follow /work/notes/gpu-facts.md (GFD: NVIDIA/k8s-device-plugin internal/lm; AMD:
-ROCm/k8s-device-plugin cmd/k8s-node-labeller).
+Node label values follow GPU feature discovery (NVIDIA/k8s-device-plugin internal/lm) and AMD's node labeller
+(ROCm/k8s-device-plugin cmd/k8s-node-labeller).
 """
 
 from __future__ import annotations
@@ -39,6 +39,23 @@ def watching(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Server]:
         stop_server(server)
 
 
+@pytest.fixture
+def nodes(control_plane: ControlPlane) -> Iterator[Callable[..., str]]:
+    """Create Nodes through the API (deleted again after the test: Nodes are cluster-wide)."""
+    created: list[str] = []
+
+    def create(*objects: dict[str, Any]) -> str:
+        for obj in objects:
+            done = control_plane.kubectl("create", "-f", "-", input=json.dumps(obj))
+            assert done.returncode == 0, done.stderr
+            created.append(obj["metadata"]["name"])
+        return objects[-1]["metadata"]["name"]
+
+    yield create
+    if created:
+        control_plane.kubectl("delete", "node", *created, "--ignore-not-found", "--wait=false")
+
+
 def on_every_worker(server: Server, obj: dict[str, Any], check: Callable[[dict[str, Any]], bool]) -> bool:
     """``check`` holds for the answers of several new connections (each worker watches on its own)."""
     return all(check(verdict(server, obj)) for _ in range(8))
@@ -51,7 +68,7 @@ def denied_for(answer: dict[str, Any], fragment: str) -> bool:
 @pytest.mark.e2e
 def test_nodes_change_the_verdicts(control_plane: ControlPlane, watching: Server,
                                    nodes: Callable[..., str]) -> None:
-    # T4: the rules say 15360 MiB (current drivers); these nodes' older driver reports 15109 (gpu-facts.md 0)
+    # T4: the rules say 15360 MiB (current drivers); these nodes' older driver reports 15109 (GPU feature discovery's nvidia.com/gpu.memory)
     needs_15gi = pod("t4-16g", memory="15Gi")
     assert on_every_worker(watching, needs_15gi, lambda a: a["allowed"])
     started = time.monotonic()

@@ -22,7 +22,7 @@ def test_own_metrics_exist_in_a_running_server(server: Server) -> None:
     server.review("/mutate", admission_review(pod))
     assert server.post("/validate", data=b"not json", headers={"Content-Type": "application/json"}).status_code == 400
     text = settled(server, lambda t: "ai_admission_denials_total{" in t and "ai_admission_bad_requests_total{" in t)
-    # per-product series exist only where a node watch runs: tests/test_node_catalog.py checks those
+    # per-product series exist only where a node watch runs: tests/e2e/test_node_catalog.py checks those
     wanted = {name: labels for name, labels in used().items()
               if name.startswith("ai_admission_") and name != "ai_admission_catalog_model_nodes"}
     assert wanted, "the dashboard names no metric of ours"

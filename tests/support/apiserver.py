@@ -1,4 +1,5 @@
-"""Shared test helpers."""
+"""Talking to the end-to-end tests' API server as a controller does: create pods with kubectl, read them back, and
+the warnings the API server passes on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test helpers."""
+"""DRA claims and claim templates as users write them (NVIDIA's device class, CEL selectors on product and memory)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Install ai-admission into the test control plane as a cluster installs it, pointed at a local server.
 
-The webhook configurations are the generated ones (``webhook.manifests``), so what the API server does with the
+The webhook configurations are the generated ones (``webhook.generate.webhooks``), so what the API server does with the
 shipped rules, namespace selectors, failure policy, timeouts and reinvocation policy is observed, not assumed.
 Two changes only, both forced by a control plane with no Service network and shared by the whole session:
 

@@ -1,4 +1,5 @@
-"""Shared test helpers."""
+"""Reading Prometheus text (a metric's sum over its series, a scrape once counts have settled) and the metrics the
+dashboard and the alerts name, parsed from their PromQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared test helpers."""
+"""Nodes as GPU feature discovery labels them, and pods that select them, for the node catalog tests."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The backstop policy as generated: bindings that resolve a namespace's mode as the webhooks do, every kind the
-webhook judges read, and CEL the admission environment compiles (tests/test_e2e_backstop.py sends it through a
+webhook judges read, and CEL the admission environment compiles (tests/e2e/test_backstop.py sends it through a
 real API server and holds it to the webhook's verdicts)."""
 
 from __future__ import annotations

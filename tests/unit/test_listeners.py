@@ -1,4 +1,4 @@
-"""Which worker slot (listening socket) a new gunicorn worker serves (webhook.listeners)."""
+"""Which worker slot (listening socket) a new gunicorn worker serves (webhook.server.listeners)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 one the webhook would leave alone (no patch, no finding, no warning), for every fixture pod and generated ones.
 
 The condition is evaluated with a CEL implementation (cel-rust, whose regular expressions, like the API server's
-RE2, have no look-around); tests/test_e2e_apiserver.py shows the real API server accepting it and skipping the
+RE2, have no look-around); tests/e2e/test_apiserver.py shows the real API server accepting it and skipping the
 calls.
 """
 

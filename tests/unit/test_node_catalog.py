@@ -1,21 +1,17 @@
 """The GPU catalog discovered from the nodes: what node labels mean, how it merges with the rules, and the
 server watching a real API server (Node objects created through it, no kubelet needed).
 
-Node label values follow /work/notes/gpu-facts.md (GFD: NVIDIA/k8s-device-plugin internal/lm; AMD:
-ROCm/k8s-device-plugin cmd/k8s-node-labeller).
+Node label values follow GPU feature discovery (NVIDIA/k8s-device-plugin internal/lm) and AMD's node labeller
+(ROCm/k8s-device-plugin cmd/k8s-node-labeller).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import time
 from decimal import Decimal
-from typing import Any, Callable, Iterator
+from typing import Any
 
-import pytest
-
-from tests.support.control_plane import ControlPlane
 from tests.support.nodes import gfd_node, pod
 from webhook.core.catalog import catalog_block, effective, model_name
 from webhook.core.nodes import DiscoveredCatalog, build, node_gpu
@@ -125,21 +121,6 @@ def test_the_catalog_block_is_a_valid_rules_catalog(rules: Rules) -> None:
     assert compiled.catalog["h100-80g"].memory == 81559 * MIB
 
 
-@pytest.fixture
-def nodes(control_plane: ControlPlane) -> Iterator[Callable[..., str]]:
-    """Create Nodes through the API (deleted again after the test: Nodes are cluster-wide)."""
-    created: list[str] = []
-
-    def create(*objects: dict[str, Any]) -> str:
-        for obj in objects:
-            done = control_plane.kubectl("create", "-f", "-", input=json.dumps(obj))
-            assert done.returncode == 0, done.stderr
-            created.append(obj["metadata"]["name"])
-        return objects[-1]["metadata"]["name"]
-
-    yield create
-    if created:
-        control_plane.kubectl("delete", "node", *created, "--ignore-not-found", "--wait=false")
 
 
 

@@ -5,7 +5,7 @@ server is unreachable a bare ``nvidia.com/gpu`` pod is admitted unchecked. A Val
 the API server itself. This module writes one, in CEL, for the rule at the heart of ai-admission: a pod, or a pod
 template of a kind ai-admission judges, that asks for an accelerator must say which GPU model and how much GPU
 memory, in any of the ways the webhook accepts. It denies exactly what the webhook denies as
-``gpu-model-missing`` or ``gpu-memory-missing`` (tests/test_e2e_backstop.py holds every fixture to that through a
+``gpu-model-missing`` or ``gpu-memory-missing`` (tests/e2e/test_backstop.py holds every fixture to that through a
 real API server), and nothing else: unknown models, sizes that do not fit and everything else stay the webhook's.
 
 How the CEL is built. Each pod-shaped thing of the request's object becomes a *view*: its path, the annotation

@@ -16,7 +16,7 @@ A pod can be acted on only when one of these holds, so the condition is their di
   values), env names, each as CEL; a signal with ``requiresAccelerator`` is covered by the first clause.
 
 The condition may be true for a pod the webhook then leaves alone (signal values and env values are not all
-checked in CEL), never the other way round: ``tests/test_match_conditions.py`` checks that "condition false"
+checked in CEL), never the other way round: ``tests/unit/test_match_conditions.py`` checks that "condition false"
 implies "empty patch, no finding" for every fixture pod and for generated ones.
 
 Regular expressions of the rules are written into CEL's ``matches`` (RE2, which like Python's ``re.search`` finds

@@ -3,7 +3,7 @@
 ``ai-admission manifests priorityclasses`` writes the PriorityClasses the rules set on pods;
 ``ai-admission manifests webhooks`` writes the webhook configurations, whose resource rules come from the
 template extractors, whose paths are the app's, and whose ``matchConditions`` (which pods are sent at all) come
-from the rules (`webhook.match_conditions`). Tests fail when the committed files differ.
+from the rules (`webhook.generate.match_conditions`). Tests fail when the committed files differ.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ WEBHOOK_NAMES = (MUTATING_WEBHOOK, *(name for _, _, name in VALIDATING_WEBHOOKS)
 
 
 def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
-    """failurePolicy Ignore on both: a webhook outage must not stop every pod in the cluster (README).
+    """failurePolicy Ignore on both: a webhook outage must not stop every pod in the cluster (docs/admins/backstop.md).
 
     Both send only the pods ``rules`` may concern (`webhook.generate.match_conditions`): a pod of class none gets neither
     a patch nor a finding, so it need not cost a call to either webhook.

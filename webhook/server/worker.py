@@ -18,7 +18,7 @@ at once in the same thread. Slow clients that send half a handshake or half a re
 
 This overrides one method of ``gunicorn.workers.gthread.ThreadWorker`` and relies on gunicorn 27's connection
 states (``TConn.initialized``/``data_ready``, ``_DEFER``, keep-alive on a truthy result), hence the version
-range in setup.cfg; tests/test_hardening.py fails if the behaviour is lost.
+range in setup.cfg; tests/server/test_hardening.py fails if the behaviour is lost.
 """
 
 from __future__ import annotations
