@@ -9,7 +9,7 @@ WHEELS ?= dist/wheels
 # The admission core compiled with mypyc next to its sources (see setup.py); rebuilt when any source changes.
 COMPILED := $(VENV)/.compiled
 
-.PHONY: serve test lint generated venv compile pure clean wheels install-wheels bench bench-e2e mutation e2e-deps lock
+.PHONY: serve test lint generated golden venv compile pure clean wheels install-wheels bench bench-e2e mutation e2e-deps lock
 
 # What was tested: every dependency pinned (setup.cfg keeps the compatible ranges). `make lock` refreshes it.
 CONSTRAINTS := constraints.txt
@@ -33,6 +33,11 @@ generated: $(STAMP)
 	$(BIN)/ai-admission manifests prometheusrule >manifests/components/prometheus/prometheusrule.yaml
 	$(BIN)/ai-admission manifests servicemonitor >manifests/components/prometheus/servicemonitor.yaml
 	$(BIN)/ai-admission docs --dir docs/reference
+
+# The golden parts of the fixture pods (tests/fixtures/pods: each one's exact JSON Patch and its warnings), from
+# what the core gives with the shipped rules. Review the diff: it is the change in behaviour.
+golden: $(STAMP)
+	$(BIN)/python -m tests.support.golden
 
 # Resolve the newest releases setup.cfg's ranges allow, in a throwaway venv, and pin them (the package itself and
 # pip's own tools left out). Review the diff, run `make test`, commit.
@@ -104,19 +109,19 @@ wheels:
 install-wheels:
 	$(PYTHON) -m pip install --quiet --no-index --find-links $(WHEELS) ai-admission
 
-# Load test against the running server and a minimal Flask app (same gunicorn config); see BENCHMARKS.md.
+# Load test against the running server and a minimal Flask app (same gunicorn config); see docs/contributors/benchmarks.md.
 bench: $(COMPILED)
 	command -v wrk >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk)
 	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
 
 # Pod admission through a real kube-apiserver with no webhook, a minimal Flask app, a Go "allowed" server (when
-# Debian's golang-go can be had) and ai-admission registered as the webhooks; see BENCHMARKS.md.
+# Debian's golang-go can be had) and ai-admission registered as the webhooks; see docs/contributors/benchmarks.md.
 bench-e2e: e2e-deps $(COMPILED)
 	command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go) \
 	  || echo "no Go: the Go floor is left out"
 	$(BIN)/python -m tests.bench.e2e $(BENCH_ARGS)
 
-# Mutation testing of the policy core with mutmut (see README, Testing); not part of `make test` or CI: it runs
+# Mutation testing of the policy core with mutmut (see docs/contributors/testing.md); not part of `make test` or CI: it runs
 # the fast in-process tests against each of about 2,000 mutants (settings under [mutmut] in setup.cfg). It
 # works on an interpreted copy in .mutation/, where no compiled module can shadow a mutated source.
 MUTATION := .mutation

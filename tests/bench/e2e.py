@@ -1,6 +1,6 @@
-"""`make bench-e2e`: what a webhook costs pod creation as the API server sees it (README, BENCHMARKS.md).
+"""`make bench-e2e`: what a webhook costs pod creation as the API server sees it (docs/contributors/benchmarks.md).
 
-A real etcd + kube-apiserver (tests/control_plane.py) and the webhook servers run on this machine; each server is
+A real etcd + kube-apiserver (tests/support/control_plane.py) and the webhook servers run on this machine; each server is
 registered as the same two webhooks (the generated configurations, matchConditions included) for namespaces of
 its own, and one namespace has no webhook. Pods are created with ``dryRun=All`` (the whole admission chain,
 nothing stored) by client threads with keep-alive connections: 16 for throughput, 1 for latency. Two loads:
@@ -82,6 +82,7 @@ class Run:
     p99_ms: float
     calls_per_pod: float | None
     failed: int
+    ops_per_patch: float | None = None  # JSON Patch operations per /mutate answer
 
 
 def mix_pods() -> list[dict[str, Any]]:
@@ -90,10 +91,12 @@ def mix_pods() -> list[dict[str, Any]]:
     return [for_apiserver(case.pod, "placeholder") for case in POD_CASES]
 
 
-def _calls(subject: Subject) -> float:
+def _counts(subject: Subject) -> tuple[float, float, float]:
+    """(calls for pods, patch operations, /mutate answers) as ai-admission's own metrics count them."""
     assert subject.metrics_url
     text = requests.get(subject.metrics_url, verify=subject.ca, timeout=10).text
-    return metric(text, "ai_admission_requests_total", kind="Pod", operation="CREATE")
+    return (metric(text, "ai_admission_requests_total", kind="Pod", operation="CREATE"),
+            metric(text, "ai_admission_patch_operations_sum"), metric(text, "ai_admission_patch_operations_count"))
 
 
 def measure(plane: ControlPlane, subject: Subject, pods: list[dict[str, Any]], *, connections: int,
@@ -103,18 +106,20 @@ def measure(plane: ControlPlane, subject: Subject, pods: list[dict[str, Any]], *
         pod = copy.deepcopy(pod)
         pod["metadata"]["namespace"] = subject.namespace
         plan.append((pod, "any"))
-    before = _calls(subject) if subject.metrics_url else 0.0
+    before = _counts(subject) if subject.metrics_url else (0.0, 0.0, 0.0)
     load = PodLoad(plane, subject.namespace, plan, threads=connections).start()
     time.sleep(seconds)
     outcomes = load.stop()
-    calls = None
+    calls = ops = None
     if subject.metrics_url:
         time.sleep(0.4)  # counts reach the shared files in batches (0.2 s)
-        calls = (_calls(subject) - before) / max(len(outcomes), 1)
+        after = _counts(subject)
+        calls = (after[0] - before[0]) / max(len(outcomes), 1)
+        ops = (after[1] - before[1]) / max(after[2] - before[2], 1)
     latencies = sorted(o.seconds * 1000 for o in outcomes)
     return Run(pods_per_second=len(outcomes) / seconds, p50_ms=statistics.median(latencies),
                p99_ms=latencies[int(len(latencies) * 0.99) - 1], calls_per_pod=calls,
-               failed=sum(1 for o in outcomes if not o.as_expected))
+               failed=sum(1 for o in outcomes if not o.as_expected), ops_per_patch=ops)
 
 
 def register(plane: ControlPlane, *, name: str, url: str, ca_pem: bytes, rules: Any) -> str:
@@ -231,8 +236,8 @@ def report(results: dict[tuple[str, str, int], list[Run]], *, subjects: list[str
              f"dryRun=All by Python client threads (keep-alive); {args.runs} runs x {args.seconds:g} s per "
              f"configuration, in turns; medians over the runs.", "",
              "| load | webhook | pods/s at 16 connections | vs no webhook | p50 ms at 1 connection | added p50 ms | "
-             "p99 ms at 1 connection | calls per pod | failed |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "p99 ms at 1 connection | calls per pod | ops per patch | failed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     summary = []
     for load in loads:
         base16 = _median(results[("no webhook", load, 16)], "pods_per_second")
@@ -244,13 +249,11 @@ def report(results: dict[tuple[str, str, int], list[Run]], *, subjects: list[str
             rate, p50 = _median(fast, "pods_per_second"), _median(single, "p50_ms")
             added[name], rates[name] = p50 - base1, rate
             calls = [r.calls_per_pod for r in fast + single if r.calls_per_pod is not None]
+            ops = [r.ops_per_patch for r in fast + single if r.ops_per_patch is not None]
             lines.append(f"| {load} | {name} | {rate:,.0f} | {rate / base16:.0%} | {p50:.2f} | "
                          f"{p50 - base1:+.2f} | {_median(single, 'p99_ms'):.2f} | "
-                         f"{statistics.median(calls):.2f} | {sum(r.failed for r in fast + single)} |"
-                         if calls else
-                         f"| {load} | {name} | {rate:,.0f} | {rate / base16:.0%} | {p50:.2f} | "
-                         f"{p50 - base1:+.2f} | {_median(single, 'p99_ms'):.2f} | - | "
-                         f"{sum(r.failed for r in fast + single)} |")
+                         f"{f'{statistics.median(calls):.2f}' if calls else '-'} | "
+                         f"{f'{statistics.median(ops):.1f}' if ops else '-'} | {sum(r.failed for r in fast + single)} |")
         minimal = "minimal Flask app"
         ours = "ai-admission"
         summary.append(f"- {load}: ai-admission's added median latency {added[ours]:.2f} ms = "

@@ -1,4 +1,5 @@
-"""Shared test helpers."""
+"""Builders shared by the tests: GPU pods as controllers create them, rules with a change merged in, the rendered
+manifests, the CLI, and a rules directory laid out as a mounted ConfigMap."""
 
 from __future__ import annotations
 
@@ -67,8 +68,10 @@ SHM = {"classes": {"training": {"mutate": {"shm": {"perGpu": "8Gi", "max": "20Gi
 NCCL = {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "ib0"}
 
 
-# the course's cluster: its A100 nodes (labelled gpu-type) have InfiniBand that the pods see as ib0
-INFINIBAND = {"fabrics": {"byNodeLabel": [{"key": "gpu-type", "values": ["a100-80g"], "fabric": "infiniband"}]}}
+# the course's cluster: its A100 nodes (labelled gpu-type) have InfiniBand that every pod sees as ib0, so its rules
+# name the pool's fabric and the interface (the shipped rules name neither: "{interface}" is the pod's own)
+INFINIBAND = {"fabrics": {"byNodeLabel": [{"key": "gpu-type", "values": ["a100-80g"], "fabric": "infiniband"}],
+                          "env": {"infiniband": {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "ib0"}}}}
 
 
 

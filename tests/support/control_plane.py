@@ -138,6 +138,19 @@ class ControlPlaneError(RuntimeError):
 
 
 @dataclass
+class Scheduler:
+    """A running kube-scheduler (see `ControlPlane.start_scheduler`)."""
+
+    process: Any
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def log(self) -> str:
+        return _tail(self.process.log, 60)
+
+
+@dataclass
 class _Process:
     name: str
     popen: subprocess.Popen[bytes]
@@ -333,6 +346,22 @@ class ControlPlane:
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
         }))
         self.kubeconfig.chmod(0o600)
+
+    def start_scheduler(self, binary: Path, *, timeout: float = START_TIMEOUT) -> Scheduler:
+        """A kube-scheduler for this control plane (default configuration, no leader election, no serving port):
+        it binds pods to the Node objects tests create, and preempts as a cluster's scheduler does."""
+        log = self.workdir / f"kube-scheduler-{len(self._processes)}.log"
+        process = _spawn(SCHEDULER, [str(binary), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+                                     "--secure-port=0", "--v=2"], log)
+        scheduler = Scheduler(process)
+        settled = time.monotonic() + 5  # the log says it started; else alive for a few seconds will do
+        deadline = time.monotonic() + timeout
+        while "Starting Kubernetes Scheduler" not in _tail(log, 200) and time.monotonic() < settled:
+            if process.popen.poll() is not None or time.monotonic() > deadline:
+                scheduler.stop()
+                raise ControlPlaneError(f"kube-scheduler exited at start\n--- {log}:\n{_tail(log)}")
+            time.sleep(0.1)
+        return scheduler
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """The real kubectl against this control plane; never raises on a non-zero exit (tests read stderr)."""

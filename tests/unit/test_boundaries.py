@@ -175,7 +175,8 @@ def test_no_nccl_where_the_fabric_is_not_known(rules: Rules) -> None:
 
 
 def test_nccl_of_the_fabric_an_instance_type_names() -> None:
-    rules = rules_with({"fabrics": {"env": {"efa": {"FI_EFA_USE_DEVICE_RDMA": "1"}}}})
+    rules = rules_with({"fabrics": {"env": {"efa": {"FI_EFA_USE_DEVICE_RDMA": "1"},
+                                            "infiniband": INFINIBAND["fabrics"]["env"]["infiniband"]}}})
     pod = gpu_pod(gpus=8, memory="40Gi", env={"PET_NNODES": "4"})
     pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p4de.24xlarge"}
     assert nccl_env(pod, rules) == {"FI_EFA_USE_DEVICE_RDMA": "1"}
@@ -387,11 +388,13 @@ def test_warn_mode_says_what_to_add_within_the_limit(rules: Rules) -> None:
 
 
 # -- tolerations the pod already has -------------------------------------------------------------------------------
-# /mutate adds {key: nvidia.com/gpu, Exists, NoSchedule} and the class's pool taint {ai-admission.io/pool Equal
-# training, NoSchedule} unless a toleration of the pod already tolerates every taint the added one would.
+# /mutate adds {key: nvidia.com/gpu, Exists, NoSchedule} (the nodes are not known here: the accelerator's own taint)
+# and the class's pool taint, where a platform team configured one ({pool.example.com/gpu Equal training,
+# NoSchedule}), unless a toleration of the pod already tolerates every taint the added one would.
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-POOL_TOLERATION = {"key": "ai-admission.io/pool", "operator": "Equal", "value": "training", "effect": "NoSchedule"}
+POOL_TOLERATION = {"key": "pool.example.com/gpu", "operator": "Equal", "value": "training", "effect": "NoSchedule"}
+POOLED = {"classes": {"training": {"mutate": {"tolerations": [POOL_TOLERATION]}}}}
 
 
 def added_tolerations(rules: Rules, *present: dict[str, Any]) -> list[dict[str, Any]]:
@@ -407,13 +410,12 @@ def added_tolerations(rules: Rules, *present: dict[str, Any]) -> list[dict[str, 
     ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}, [GPU_TOLERATION, POOL_TOLERATION]),
     ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
      [GPU_TOLERATION, POOL_TOLERATION]),  # one value only: not the taint of any value
-    ({"key": "ai-admission.io/pool", "value": "training", "effect": "NoSchedule"}, [GPU_TOLERATION]),  # Equal: default
-    ({"key": "ai-admission.io/pool", "operator": "Equal", "value": "inference", "effect": "NoSchedule"},
+    ({"key": "pool.example.com/gpu", "value": "training", "effect": "NoSchedule"}, [GPU_TOLERATION]),  # Equal: default
+    ({"key": "pool.example.com/gpu", "operator": "Equal", "value": "inference", "effect": "NoSchedule"},
      [GPU_TOLERATION, POOL_TOLERATION]),
-    ({"key": "ai-admission.io/pool", "operator": "Exists", "effect": ""}, [GPU_TOLERATION]),
+    ({"key": "pool.example.com/gpu", "operator": "Exists", "effect": ""}, [GPU_TOLERATION]),
     ({"key": "other", "operator": "Exists"}, [GPU_TOLERATION, POOL_TOLERATION]),
 ], ids=["everything", "gpu-any-effect", "gpu-noschedule", "gpu-noexecute", "gpu-one-value", "pool-equal-default",
         "pool-other-value", "pool-exists", "other-key"])
-def test_a_toleration_already_there_is_not_added_again(rules: Rules, present: dict[str, Any],
-                                                       added: list[dict[str, Any]]) -> None:
-    assert added_tolerations(rules, present) == added
+def test_a_toleration_already_there_is_not_added_again(present: dict[str, Any], added: list[dict[str, Any]]) -> None:
+    assert added_tolerations(rules_with(POOLED), present) == added

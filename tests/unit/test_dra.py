@@ -382,6 +382,7 @@ def test_a_dra_pod_is_mutated_like_a_device_plugin_pod(rules: Rules) -> None:
     assert mutate_verdict(result, rules=rules, mode="deny", claims=CLAIMS.source("ml-team")).patch == ()
     infiniband = copy.deepcopy(DEFAULT)
     infiniband["fabrics"]["byModel"] = {"a100-80g": "infiniband"}  # the claim's model decides the fabric
+    infiniband["fabrics"]["env"]["infiniband"] = {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "ib0"}  # as its pods see it
     with_ib = mutate_verdict(pod, rules=compile_rules(infiniband), mode="deny", claims=CLAIMS.source("ml-team"))
     env = apply_verdict(pod, with_ib)["spec"]["containers"][1]["env"]
     assert {"name": "NCCL_SOCKET_IFNAME", "value": "ib0"} in env and {"name": "NCCL_IB_DISABLE", "value": "0"} in env

@@ -63,7 +63,11 @@ def test_priority_classes_match_the_rules(base: list[dict[str, Any]], rules: Rul
         assert installed["value"] == policy.priority_class.value
         assert installed["preemptionPolicy"] == policy.priority_class.preemption_policy
     values = {name: classes[f"ai-{name}"]["value"] for name in ("inference", "training", "hpo", "batch")}
-    assert values["inference"] > values["training"] > values["hpo"] > values["batch"]
+    # inference and training at the same value: the default scheduler preempts only strictly lower priorities, so
+    # neither can take one pod of a running multi-node job of the other; both preempt hpo and batch
+    assert values["inference"] == values["training"] > values["hpo"] > values["batch"]
+    assert classes["ai-training"]["preemptionPolicy"] == classes["ai-inference"]["preemptionPolicy"] == \
+        classes["ai-hpo"]["preemptionPolicy"] == "PreemptLowerPriority"
     assert classes["ai-batch"]["preemptionPolicy"] == "Never"
 
 
@@ -198,6 +202,6 @@ def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(b
     readable = {(g, r) for rule in rules if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert {(k.group, k.resource) for k in KINDS.values()} | {("", "pods")} <= readable
     (writes,) = [rule for rule in rules if rule["verbs"] != ["list"]]
-    assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create", "update"]}
+    assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "watch", "create", "update"]}
     binding = find(objects, "ClusterRoleBinding", "ai-admission-policy-reports")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai-admission", "namespace": "ai-admission"}]

@@ -9,6 +9,7 @@ the patched pod, or the warning and the absence of the change. In-process and fa
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -23,8 +24,12 @@ from webhook.core.rules import Rules
 GANG = {"classes": {"training": {"mutate": {"gang": {"schedulerName": "volcano",
                                                       "podGroupAnnotation": "scheduling.k8s.io/group-name"}}}}}
 RDMA = {"classes": {"training": {"mutate": {"rdma": {"resource": "rdma/ib", "amount": 1, "ipcLock": True}}}}}
-REQUIRED = {"classes": {"training": {"mutate": {"podAffinity": {"topologyKey": "topology.ai-admission.io/leaf-switch",
-                                                                "mode": "required"}}}}}
+LEAF = "network.topology.nvidia.com/leaf"
+REQUIRED = {"classes": {"training": {"mutate": {"podAffinity": {"topologyKey": LEAF, "mode": "required"}}}}}
+PREFERRED = {"classes": {"training": {"mutate": {"podAffinity": {"topologyKey": LEAF}}}}}
+# rules that know the pool's fabric and a fixed topology key: offline, the mutation of a multi-node pod then has
+# nothing left to warn about (the nodes' own topology and fabric: tests/unit/test_placement.py)
+KNOWN = {"fabrics": INFINIBAND["fabrics"], "classes": PREFERRED["classes"]}
 JOB = {"training.kubeflow.org/job-name": "llama-ft"}
 
 
@@ -37,6 +42,22 @@ def single_node(**labels: str) -> dict[str, Any]:
     return gpu_pod(gpus=8, memory="40Gi", labels=dict(labels))
 
 
+def merged(*changes: dict[str, Any]) -> dict[str, Any]:
+    """Rules changes taken together (nested maps merged)."""
+    result: dict[str, Any] = {}
+
+    def into(target: dict[str, Any], change: dict[str, Any]) -> None:
+        for key, value in change.items():
+            if isinstance(value, dict) and isinstance(target.get(key), dict):
+                into(target[key], value)
+            else:
+                target[key] = value
+
+    for change in changes:
+        into(result, copy.deepcopy(change))
+    return result
+
+
 def mutated(pod: dict[str, Any], rules: Rules, facts: ClusterFacts = UNKNOWN) -> tuple[dict[str, Any], Verdict]:
     verdict = mutate_verdict(pod, rules=rules, mode="deny", facts=facts)
     return apply_verdict(pod, verdict), verdict
@@ -45,7 +66,7 @@ def mutated(pod: dict[str, Any], rules: Rules, facts: ClusterFacts = UNKNOWN) ->
 # -- gang scheduling -----------------------------------------------------------------------------------------------
 
 def test_gang_hints_for_a_multi_node_job() -> None:
-    pod, verdict = mutated(multi_node(**JOB), rules_with(GANG))
+    pod, verdict = mutated(multi_node(**JOB), rules_with(merged(GANG, KNOWN)))
     assert pod["spec"]["schedulerName"] == "volcano"
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "llama-ft"
     assert verdict.warnings == ()
@@ -65,7 +86,7 @@ def test_gang_hints_replace_only_the_default_scheduler() -> None:
 
 
 def test_no_gang_hints_without_a_job_label() -> None:
-    pod, verdict = mutated(multi_node(), rules_with(GANG))
+    pod, verdict = mutated(multi_node(), rules_with(merged(GANG, KNOWN)))
     assert "schedulerName" not in pod["spec"]
     assert "scheduling.k8s.io/group-name" not in pod["metadata"]["annotations"]
     assert verdict.warnings == ("multi-node pod carries no job-name label; no pod group was set",)
@@ -108,7 +129,7 @@ def test_no_rdma_for_a_single_node_pod() -> None:
 
 # -- pod affinity ------------------------------------------------------------------------------------------------------
 
-TERM = {"labelSelector": {"matchLabels": JOB}, "topologyKey": "topology.ai-admission.io/leaf-switch"}
+TERM = {"labelSelector": {"matchLabels": JOB}, "topologyKey": LEAF}
 
 
 def test_required_pod_affinity_packs_the_job_under_one_switch() -> None:
@@ -124,12 +145,20 @@ def test_a_required_term_already_there_is_not_added_again() -> None:
     assert result["spec"]["affinity"] == pod["spec"]["affinity"]
 
 
-def test_preferred_pod_affinity_with_the_default_rules(rules: Rules) -> None:
+def test_preferred_pod_affinity_by_a_fixed_key() -> None:
+    rules = rules_with(PREFERRED)
     pod, _ = mutated(multi_node(**JOB), rules)
     assert pod["spec"]["affinity"] == {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 100, "podAffinityTerm": TERM}]}}
     again, _ = mutated(pod, rules)
     assert again["spec"]["affinity"] == pod["spec"]["affinity"]
+
+
+def test_no_pod_affinity_offline_with_the_default_rules_and_the_pod_is_told(rules: Rules) -> None:
+    """The shipped rules invent no topology label: offline the nodes' keys are not known, so nothing is added."""
+    pod, verdict = mutated(multi_node(**JOB), rules)
+    assert "affinity" not in pod["spec"]
+    assert any(w.startswith("pods not packed: the cluster's topology is not known here") for w in verdict.warnings)
 
 
 def test_no_pod_affinity_without_a_job_label_or_for_one_pod(rules: Rules) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.builders import rules_with
+from tests.support.builders import NCCL, rules_with
 from webhook.core.profile import build_profile
 from webhook.core.rules import Rules
 
@@ -176,7 +176,8 @@ def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -
             {"name": "logger", "resources": {"limits": {"nvidia.com/gpu": "0", "memory": "1Gi"}}},
             annotations={"ai-admission.io/workload-type": "training", "ai-admission.io/multi-node": "true"},
             node_selector={"gpu-type": "a100-80g"})
-    infiniband = rules_with({"fabrics": {"byNodeLabel": [{"key": "gpu-type", "fabric": "infiniband"}]}})
+    infiniband = rules_with({"fabrics": {"byNodeLabel": [{"key": "gpu-type", "fabric": "infiniband"}],
+                                         "env": {"infiniband": NCCL}}})
     mutated = mutate_pod(p, build_profile(p, infiniband), infiniband).pod
     trainer, logger = mutated["spec"]["containers"]
     assert [m["mountPath"] for m in trainer["volumeMounts"]] == ["/dev/shm"]

@@ -67,7 +67,7 @@ def _discover(args: argparse.Namespace, command: str, rules: Rules) -> Any:
     from webhook.cluster.nodes import discover
 
     try:
-        return discover(kube.client(args.kubeconfig), rules.model_keys)
+        return discover(kube.client(args.kubeconfig), rules)
     except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
         print(f"ai-admission {command}: cannot read the cluster's nodes: {exc}", file=sys.stderr)
         return None

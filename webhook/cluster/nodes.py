@@ -1,6 +1,7 @@
-"""The Nodes, watched: the cluster's GPU catalog (`webhook.core.nodes`) kept current for the server.
+"""The Nodes, watched: the cluster's GPU catalog and placement facts (`webhook.core.nodes`) kept current.
 
-An `Informer` lists and watches the Nodes; each node is reduced at once to its GPU facts, and a new
+An `Informer` lists and watches the Nodes; each node is reduced at once to the facts the rules read (its GPU
+facts, and the labels, taints and resources placement reads: `webhook.core.nodes.NodeFacts`), and a new
 `DiscoveredCatalog` is built and handed to ``on_change`` only when those facts change (a node heartbeat changes
 nothing). RBAC: ``list`` and ``watch`` on nodes, nothing else.
 """
@@ -10,9 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog, NodeGpu, build, has_gpu_resources, node_gpu
+from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog, NodeFacts, NodeGpu, build, has_gpu_resources, node_facts, node_gpu
+from webhook.core.rules import Rules
 
 from . import client as kube
 from .informer import Api, Informer, Observer, api_calls
@@ -21,46 +23,54 @@ log = logging.getLogger("ai_admission")
 PATH = "/api/v1/nodes"
 
 
-def discover(api: Any, keys: Iterable[str] = ()) -> DiscoveredCatalog:
+def discover(api: Any, rules: Rules) -> DiscoveredCatalog:
     """One list of the Nodes (``ai-admission catalog``, ``check --cluster``)."""
     items, _ = kube.list_items(api, PATH)
-    store = NodeStore(keys=lambda: tuple(keys))
+    store = NodeStore(lambda: rules)
     store.replace(items)
     return store.catalog(synced_at=time.time())
 
 
 class NodeStore:
-    """Each node's GPU facts by name (the informer's store), and the catalog built from them."""
+    """Each node's facts by name (the informer's store), and the catalog built from them."""
 
-    def __init__(self, *, keys: Callable[[], Iterable[str]] = tuple,
-                 on_change: Callable[[], None] | None = None) -> None:
-        self._keys = keys
+    def __init__(self, rules: Callable[[], Rules], *, on_change: Callable[[], None] | None = None) -> None:
+        self._rules = rules
         self._on_change = on_change
         self.nodes: dict[str, NodeGpu | None] = {}
+        self.facts: dict[str, NodeFacts] = {}  # GPU nodes only
         self.unlabelled: set[str] = set()
 
     def __len__(self) -> int:
         return len(self.nodes)
 
     def catalog(self, *, synced_at: float | None, error: str | None = None) -> DiscoveredCatalog:
-        return build(self.nodes, unlabelled=self.unlabelled, synced_at=synced_at, error=error)
+        return build(self.nodes, unlabelled=self.unlabelled, synced_at=synced_at, error=error, facts=self.facts)
 
     def _record(self, node: dict[str, Any], deleted: bool = False) -> bool:
-        """Record one node; True when its GPU facts changed."""
+        """Record one node; True when what the rules read of it changed."""
         name = str((node.get("metadata") or {}).get("name") or "")
-        gpu = None if deleted else node_gpu(node, tuple(self._keys()))
-        unlabelled = not deleted and gpu is None and has_gpu_resources(node)
-        changed = (deleted or name not in self.nodes or self.nodes.get(name) != gpu
+        rules = self._rules()
+        gpu = None if deleted else node_gpu(node, rules.model_keys)
+        gpu_node = not deleted and (gpu is not None or has_gpu_resources(node))
+        facts = node_facts(node, rules.node_label_keys(), rules.is_accelerator, gpu) if gpu_node else None
+        unlabelled = gpu_node and gpu is None
+        changed = (deleted or name not in self.nodes or self.nodes.get(name) != gpu or self.facts.get(name) != facts
                    or unlabelled != (name in self.unlabelled))
         if deleted:
             self.nodes.pop(name, None)
         else:
             self.nodes[name] = gpu
+        if facts is None:
+            self.facts.pop(name, None)
+        else:
+            self.facts[name] = facts
         (self.unlabelled.add if unlabelled else self.unlabelled.discard)(name)
         return changed
 
     def replace(self, objects: list[dict[str, Any]]) -> None:
         self.nodes.clear()
+        self.facts.clear()
         self.unlabelled.clear()
         for node in objects:
             self._record(node)
@@ -78,14 +88,14 @@ class NodeStore:
 
 class NodeWatch:
     """The Nodes' GPU catalog, current: ``catalog`` is swapped whole, ``on_change`` hears of every new one whose
-    models changed."""
+    models or placement facts changed."""
 
-    def __init__(self, *, keys: Callable[[], Iterable[str]] = tuple, resync: float = 300.0,
-                 api: Callable[[], Api] = api_calls, on_change: Callable[[DiscoveredCatalog], None] | None = None,
+    def __init__(self, rules: Callable[[], Rules], *, resync: float = 300.0, api: Callable[[], Api] = api_calls,
+                 on_change: Callable[[DiscoveredCatalog], None] | None = None,
                  observer: Observer | None = None) -> None:
         self.on_change = on_change
         self.catalog = UNDISCOVERED
-        self.store = NodeStore(keys=keys, on_change=self._publish)
+        self.store = NodeStore(rules, on_change=self._publish)
         self.informer = Informer("nodes", PATH, self.store, api, resync=resync, observer=observer)
 
     def start(self) -> NodeWatch:
@@ -98,9 +108,10 @@ class NodeWatch:
     def _publish(self) -> None:
         catalog = self.store.catalog(synced_at=time.time())
         previous, self.catalog = self.catalog, catalog
-        if previous.models != catalog.models or previous.known != catalog.known:
-            log.warning(json.dumps({"msg": "node GPU catalog changed", **catalog.summary(),
-                                    "products": {p: m.describe() for p, m in catalog.models.items()}}))
+        if previous.models != catalog.models or previous.nodes != catalog.nodes or previous.known != catalog.known:
+            if previous.models != catalog.models or previous.known != catalog.known:
+                log.warning(json.dumps({"msg": "node GPU catalog changed", **catalog.summary(),
+                                        "products": {p: m.describe() for p, m in catalog.models.items()}}))
             if self.on_change is not None:
                 self.on_change(catalog)
 

@@ -5,7 +5,8 @@ an *effective* copy (swapped whole, as a reloaded rules file is): a catalog mode
 memory they report (GFD's MiB; AMD's rounded GiB only for a model the rules do not list) and, as GPUs per node,
 its largest node; the label values that name it on the nodes become names for it too; a model only the nodes
 know is added (interconnect unknown); and ``Rules.nodes`` says which models the cluster has, for the policy's
-messages and its warning about a model no node has.
+messages and its warning about a model no node has, and where each model's nodes are (`webhook.core.placement`:
+topology, taints, fabric), for the mutation.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from decimal import Decimal
 from typing import Any, Iterable
 
 from .nodes import DiscoveredCatalog, DiscoveredModel
+from .placement import placement
 from .rules import GpuModel, NodeCatalog, Rules, normalize_model_name
 
 MIB = Decimal(2**20)
@@ -97,8 +99,12 @@ def effective(rules: Rules, discovered: DiscoveredCatalog) -> Rules:
                 index[key] = merged
     spec = rules.raw.get("nodeCatalog") or {}
     severity = str(spec.get("modelWithoutNodes", "warn"))
+    model_of = {product: name for name, found in groups.items() if name in catalog for product in
+                (m.product for m in found)}
+    where = placement(discovered.nodes.values(),
+                      lambda node: model_of.get(node.gpu.product) if node.gpu is not None else None, rules)
     return dataclasses.replace(rules, catalog=catalog, model_index=index,
-                               nodes=NodeCatalog(present=present, absent_severity=severity))
+                               nodes=NodeCatalog(present=present, absent_severity=severity, placement=where))
 
 
 def catalog_block(discovered: DiscoveredCatalog, rules: Rules) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from . import names, podview
+from . import names, placement, podview
 from .patch import Editor
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
@@ -145,31 +145,64 @@ def add_shm(ctx: _Context) -> None:
         ctx.edit.append((*path, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
-def pod_fabric(profile: Profile, rules: Rules) -> str:
-    """The network fabric of the nodes a pod will run on: the instance type's, a node label the pod selects, its GPU
-    model's, or the rules' default (see rules `fabrics`)."""
+def pod_fabric(profile: Profile, rules: Rules) -> tuple[str, str]:
+    """The network fabric a pod will have, and where that was read: what its own device requests say, the
+    instance type it selects, a node label it selects, what its nodes publish (the node watch), its GPU model's, or
+    the rules' default (see rules `fabrics`)."""
+    spec = profile.facts.spec
+    asked = placement.pod_fabric_signal(spec, rules)
+    if asked is not None:
+        return asked
     choice = profile.choice
     if choice is not None and choice.fabric is not None:
-        return choice.fabric
+        return choice.fabric, f"instance type ({choice.source})"
     settings = rules.fabrics
-    selector = podview.string_map(profile.facts.spec.get("nodeSelector"))
+    selector = podview.string_map(spec.get("nodeSelector"))
     for key, values, fabric in settings.by_node_label:
         value = selector.get(key)
         if value is not None and (values is None or value in values):
-            return fabric
+            return fabric, f"nodeSelector {key}={value} (fabrics.byNodeLabel)"
+    target = placement.target_of(rules, profile.model.name if profile.model else None)
+    if target is not None and target.fabric is not None:
+        return target.fabric, target.fabric_evidence
     model = profile.model
     if model is not None and model.name in settings.by_model:
-        return settings.by_model[model.name]
-    return settings.default
+        return settings.by_model[model.name], f"model {model.name} (fabrics.byModel)"
+    why = target.fabric_evidence if target is not None else "the cluster's nodes are not known here"
+    return settings.default, why
+
+
+INTERFACE = "{interface}"
+UNKNOWN_FABRIC = "unknown"
 
 
 def add_nccl_env(ctx: _Context) -> None:
-    """NCCL settings of the pod's network fabric for the GPU containers of multi-node pods; a variable the user set
-    is never replaced. A fabric the rules do not describe gets nothing: a wrong interface name stops NCCL."""
+    """NCCL settings of the pod's network fabric for the GPU containers of multi-node pods, naming only the
+    interface the pod really has; a variable the user set is never replaced. A fabric the rules do not describe
+    gets nothing (a wrong interface name stops NCCL), and the pod is told what would set it."""
     if not ctx.plan.nccl or not (ctx.multi_node or ctx.plan.nccl_single_node):
         return
-    env = ctx.rules.fabrics.env.get(pod_fabric(ctx.profile, ctx.rules), ())
+    rules = ctx.rules
+    fabric, evidence = pod_fabric(ctx.profile, rules)
+    _warn_missing_devices(ctx, fabric)
+    env = rules.fabrics.env.get(fabric, ())
     if not env:
+        if fabric == UNKNOWN_FABRIC:
+            ctx.warnings.append(f"no NCCL setting added: the pod's network fabric is not known ({evidence}); "
+                                f"fabrics.byNodeLabel or byModel in the rules, or a node label such as "
+                                f"feature.node.kubernetes.io/rdma.available, would name it")
+        return
+    interface = None
+    if any(INTERFACE in value for _, value in env):
+        interface = placement.pod_interface(ctx.spec, ctx.profile.facts.annotations, fabric, rules)
+    wanted = [(name, value.replace(INTERFACE, interface) if interface else value) for name, value in env
+              if INTERFACE not in value or interface]
+    missing = [name for name, value in env if INTERFACE in value and not interface]
+    if missing:
+        ctx.warnings.append(f"{', '.join(missing)} not set: no {fabric} interface of the pod is known (a secondary "
+                            f"network, annotation {placement.NETWORKS_ANNOTATION}; for host network, the rules' "
+                            f"fabrics.hostInterfaces)")
+    if not wanted:
         return
     for path, container in ctx.gpu_containers():
         if podview.as_list(container.get("envFrom")):
@@ -177,8 +210,21 @@ def add_nccl_env(ctx: _Context) -> None:
                                 f"override; NCCL defaults were not added to it")
             continue
         present = podview.container_env(container)
-        ctx.edit.extend((*path, "env"), [{"name": name, "value": value} for name, value in env
+        ctx.edit.extend((*path, "env"), [{"name": name, "value": value} for name, value in wanted
                                          if name not in present])
+
+
+def _warn_missing_devices(ctx: _Context, fabric: str) -> None:
+    """A multi-node pod on nodes that offer RDMA or EFA devices but asking for none talks TCP between nodes."""
+    if ctx.plan.rdma is not None:
+        return
+    target = placement.target_of(ctx.rules, ctx.profile.model.name if ctx.profile.model else None)
+    if target is None:
+        return
+    offered = sorted(r for r in target.resources if any(s.names_resource(r) for s in ctx.rules.fabrics.from_pod))
+    if offered and not placement.pod_resources(ctx.spec) & set(offered):
+        ctx.warnings.append(f"the pod's nodes offer {offered[0]} but the pod asks for none, so NCCL talks TCP between "
+                            f"nodes; add it to the GPU containers' resources (or the class's mutate.rdma)")
 
 
 def set_priority(ctx: _Context) -> None:
@@ -226,13 +272,29 @@ def _covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
             and (wanted.get("operator") or "Equal") == "Equal")
 
 
-def add_tolerations(ctx: _Context) -> None:
-    """Accelerator tolerations (as the ExtendedResourceToleration plugin adds) and the class's pool taints."""
+def _gpu_tolerations(ctx: _Context) -> list[Mapping[str, Any]]:
+    """The GPU taints of the pod's nodes, tolerated: where the node watch knows them, exactly those its target nodes
+    carry; else the taints named after the accelerator resources it asks for (what Kubernetes'
+    ExtendedResourceToleration plugin adds; a DRA claim's GPUs: its device class's taint)."""
+    profile = ctx.profile
+    target = placement.target_of(ctx.rules, profile.model.name if profile.model else None)
+    if target is None:
+        claimed = profile.claimed
+        keys = claimed.toleration_keys(profile.gpus) if claimed is not None else sorted(profile.gpus)
+        return [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
     wanted: list[Mapping[str, Any]] = []
-    if ctx.settings.gpu_tolerations:
-        claimed = ctx.profile.claimed  # DRA: a claim's GPUs are tolerated under their device class's taint
-        keys = claimed.toleration_keys(ctx.profile.gpus) if claimed is not None else sorted(ctx.profile.gpus)
-        wanted += [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
+    for key, value, effect in target.taints:
+        if ctx.rules.is_accelerator(key) or any(t.key == key and t.value is None for t in ctx.rules.gpu_taints):
+            wanted.append({"key": key, "operator": "Exists", "effect": effect})
+        else:
+            wanted.append({"key": key, "operator": "Equal", "value": value, "effect": effect})
+    return wanted
+
+
+def add_tolerations(ctx: _Context) -> None:
+    """The GPU taints of the pod's nodes and the class's pool taints, tolerated (a toleration already covered by
+    one the pod has is not added)."""
+    wanted: list[Mapping[str, Any]] = _gpu_tolerations(ctx) if ctx.settings.gpu_tolerations else []
     wanted += ctx.plan.tolerations
     present: list[Mapping[str, Any]] = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
     added: list[dict[str, Any]] = []
@@ -254,14 +316,53 @@ def pin_model(ctx: _Context) -> None:
     ctx.edit.setdefault(("spec", "nodeSelector", key), model.label_value(key))
 
 
+def _packing_key(ctx: _Context, fixed: str | None) -> str | None:
+    """The topology key to pack a multi-node job's pods by: ``fixed`` (the rules'), else the narrowest level of the
+    nodes' topology whose domains hold every GPU of the job; None, with the pod told why, when there is none."""
+    profile = ctx.profile
+    target = placement.target_of(ctx.rules, profile.model.name if profile.model else None)
+    if target is None:
+        if fixed is not None:
+            return fixed
+        ctx.warnings.append("pods not packed: the cluster's topology is not known here (no node watch); "
+                            "mutate.podAffinity.topologyKey in the rules packs them by a fixed key")
+        return None
+    if fixed is not None:
+        if target.level(fixed) is None:
+            ctx.warnings.append(f"pods not packed: no GPU node carries the label {fixed} "
+                                f"(mutate.podAffinity.topologyKey)")
+            return None
+        return fixed
+    if not target.levels and target.nvlink is None:
+        ctx.warnings.append("pods not packed: the GPU nodes carry none of the topology labels the rules know "
+                            "(topology.keySets)")
+        return None
+    pods = max(profile.world.pods, 2)
+    job = max(profile.gpu_count, 1) * pods
+    level = placement.pack_level(target, job)
+    nvlink = target.nvlink
+    if nvlink is not None and job > nvlink.largest:
+        ctx.warnings.append(f"the job's {job} GPUs ({pods} pods) span more than an NVLink domain holds ({nvlink.largest} "
+                            f"GPUs, {nvlink.key}): its traffic crosses the network between domains")
+    if level is None:
+        broadest = target.levels[0] if target.levels else nvlink
+        assert broadest is not None
+        ctx.warnings.append(f"pods not packed: no single {target.key_set or 'NVLink'} domain holds the job's {job} GPUs "
+                            f"({pods} pods; the largest, by {broadest.key}, holds {broadest.largest})")
+        return None
+    return level.key
+
+
 def add_topology(ctx: _Context) -> None:
-    """Pack a multi-node job (training, or a model served by several pods) under one switch; spread single-pod
-    replicas over nodes and zones."""
+    """Pack a multi-node job (training, or a model served by several pods) into the narrowest topology domain that
+    holds it; spread single-pod replicas over the nodes and zones they can be on."""
     affinity_plan = ctx.plan.pod_affinity
-    if affinity_plan is not None and ctx.multi_node:
+    alone = ctx.profile.world.source is not None and ctx.profile.world.pods == 1  # its operator says: one pod
+    if affinity_plan is not None and ctx.multi_node and not alone:
         job = ctx.job_label()
-        if job is not None:
-            term = {"labelSelector": {"matchLabels": {job[0]: job[1]}}, "topologyKey": affinity_plan.topology_key}
+        key = _packing_key(ctx, affinity_plan.topology_key) if job is not None else None
+        if job is not None and key is not None:
+            term = {"labelSelector": {"matchLabels": {job[0]: job[1]}}, "topologyKey": key}
             base = ("spec", "affinity", "podAffinity")
             if affinity_plan.required:
                 path = (*base, "requiredDuringSchedulingIgnoredDuringExecution")
@@ -280,13 +381,22 @@ def add_topology(ctx: _Context) -> None:
             return
         present = {c["topologyKey"] for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
                    if isinstance(c, dict) and isinstance(c.get("topologyKey"), str)}
+        target = placement.target_of(ctx.rules, ctx.profile.model.name if ctx.profile.model else None)
+        unspread = []
         for topology_key in spread.topology_keys:
-            if topology_key not in present:
-                ctx.edit.append(("spec", "topologySpreadConstraints"), {
-                    "maxSkew": spread.max_skew, "topologyKey": topology_key,
-                    "whenUnsatisfiable": spread.when_unsatisfiable,
-                    "labelSelector": {"matchLabels": {key: labels[key]}},
-                })
+            if topology_key in present:
+                continue
+            if target is not None and target.distinct.get(topology_key, 0) < 2:
+                unspread.append(topology_key)
+                continue
+            ctx.edit.append(("spec", "topologySpreadConstraints"), {
+                "maxSkew": spread.max_skew, "topologyKey": topology_key,
+                "whenUnsatisfiable": spread.when_unsatisfiable,
+                "labelSelector": {"matchLabels": {key: labels[key]}},
+            })
+        if unspread:
+            ctx.warnings.append(f"replicas are not spread over {', '.join(unspread)}: the pod's GPU nodes have fewer "
+                                f"than two values of it")
 
 
 def add_gang(ctx: _Context) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
 AMD_PRODUCT = "amd.com/gpu.product-name"
@@ -99,6 +99,47 @@ def has_gpu_resources(node: Mapping[str, Any]) -> bool:
     return any(key in ("nvidia.com/gpu", "amd.com/gpu") or key.startswith("nvidia.com/mig-") for key in capacity)
 
 
+# What a node offers that is not an extended resource (a device, an RDMA NIC, EFA).
+_BASIC_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage", "storage"})
+_SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What placement reads of one GPU node: its GPU facts, the labels of the rules' placement keys (topology,
+    zone, fabric signals, instance type), the taints that keep pods off it, the extended resources it offers, and
+    how many accelerator devices it has (what a topology domain's capacity adds up)."""
+
+    name: str
+    gpu: NodeGpu | None
+    accelerators: int
+    labels: tuple[tuple[str, str], ...]
+    taints: tuple[tuple[str, str, str], ...]  # (key, value, effect); NoSchedule and NoExecute only
+    resources: tuple[str, ...]
+
+    def label(self, key: str) -> str | None:
+        return next((value for k, value in self.labels if k == key), None)
+
+
+def node_facts(node: Mapping[str, Any], keys: Iterable[str], is_accelerator: Callable[[str], bool],
+               gpu: NodeGpu | None) -> NodeFacts:
+    """The facts of ``node`` that placement reads (``keys``: the label keys worth keeping)."""
+    meta = node.get("metadata") or {}
+    labels: Mapping[str, Any] = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    allocatable: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or \
+        (node.get("status") or {}).get("capacity") or {}
+    devices = sum(_int(allocatable[name]) or 0 for name in allocatable if is_accelerator(name))
+    accelerators = gpu.count if gpu is not None and gpu.count else devices
+    taints = tuple(sorted((str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                          for t in spec.get("taints") or () if isinstance(t, dict)
+                          and t.get("effect") in _SCHEDULING_EFFECTS))
+    return NodeFacts(name=str(meta.get("name") or ""), gpu=gpu, accelerators=accelerators,
+                     labels=tuple(sorted((k, str(labels[k])) for k in set(keys) if labels.get(k) is not None)),
+                     taints=taints,
+                     resources=tuple(sorted(r for r in allocatable if r not in _BASIC_RESOURCES and "/" in r)))
+
+
 @dataclass(frozen=True)
 class DiscoveredModel:
     """One GPU product as the nodes name it, over every node that has it."""
@@ -140,6 +181,7 @@ class DiscoveredCatalog:
     unlabelled_nodes: tuple[str, ...] = ()  # GPU resources but no product label (no GFD / labeller there)
     synced_at: float | None = None
     error: str | None = None
+    nodes: Mapping[str, NodeFacts] = field(default_factory=dict)  # every GPU node, by name (for placement)
 
     @property
     def known(self) -> bool:
@@ -154,7 +196,7 @@ UNDISCOVERED = DiscoveredCatalog()  # no node watch, or nothing listed yet
 
 
 def build(nodes: Mapping[str, NodeGpu | None], *, unlabelled: Iterable[str] = (), synced_at: float | None = None,
-          error: str | None = None) -> DiscoveredCatalog:
+          error: str | None = None, facts: Mapping[str, NodeFacts] | None = None) -> DiscoveredCatalog:
     by_product: dict[str, list[tuple[str, NodeGpu]]] = defaultdict(list)
     for name, gpu in nodes.items():
         if gpu is not None:
@@ -175,4 +217,5 @@ def build(nodes: Mapping[str, NodeGpu | None], *, unlabelled: Iterable[str] = ()
             mig_profiles=tuple(sorted({p for g in gpus for p in g.mig_profiles})),
             family=families[0] if families else None)
     return DiscoveredCatalog(models=models, gpu_nodes=sum(len(m) for m in by_product.values()),
-                             unlabelled_nodes=tuple(sorted(unlabelled)), synced_at=synced_at, error=error)
+                             unlabelled_nodes=tuple(sorted(unlabelled)), synced_at=synced_at, error=error,
+                             nodes=dict(sorted((facts or {}).items())))

@@ -86,6 +86,21 @@ class GpuNameLabels:
 
 
 @dataclass(frozen=True)
+class FabricSignal:
+    """What says a node's (or a pod's) network fabric: a label with one of ``values`` (any value when None), an
+    extended resource, or an extended resource matching a pattern."""
+
+    fabric: str
+    label: str | None = None
+    values: frozenset[str] | None = None
+    resource: str | None = None
+    resource_pattern: re.Pattern[str] | None = None
+
+    def names_resource(self, name: str) -> bool:
+        return name == self.resource or bool(self.resource_pattern is not None and self.resource_pattern.search(name))
+
+
+@dataclass(frozen=True)
 class FabricSettings:
     """Which network fabric a pod's nodes have, and the NCCL env for each fabric (see rules `fabrics`)."""
 
@@ -93,6 +108,42 @@ class FabricSettings:
     by_model: Mapping[str, str] = field(default_factory=dict)
     by_node_label: tuple[tuple[str, frozenset[str] | None, str], ...] = ()  # (key, values or any, fabric)
     env: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    from_nodes: tuple[FabricSignal, ...] = ()   # what the nodes publish (the node watch)
+    from_pod: tuple[FabricSignal, ...] = ()     # what the pod asks for (an RDMA or EFA device)
+    host_interfaces: Mapping[str, str] = field(default_factory=dict)  # fabric -> interface host-network pods see
+
+
+@dataclass(frozen=True)
+class TopologyKeySet:
+    """One provider's network topology labels, broadest first (a domain of a later key lies inside one of an
+    earlier key)."""
+
+    name: str
+    keys: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class TopologySettings:
+    key_sets: tuple[TopologyKeySet, ...] = ()
+    nvlink_domain_key: str | None = None
+    zone_key: str = "topology.kubernetes.io/zone"
+    hostname_key: str = "kubernetes.io/hostname"
+
+    def keys(self) -> frozenset[str]:
+        """Every label key the node watch keeps for placement."""
+        found = {key for key_set in self.key_sets for key in key_set.keys}
+        found.update(k for k in (self.nvlink_domain_key, self.zone_key, self.hostname_key) if k)
+        return frozenset(found)
+
+
+@dataclass(frozen=True)
+class GpuTaint:
+    """A taint GPU node pools carry: ``key`` with any value when ``value`` is None."""
+
+    key: str
+    value: str | None
+    source: str
 
 
 @dataclass(frozen=True)
@@ -128,7 +179,7 @@ class ShmSpec:
 
 @dataclass(frozen=True)
 class PodAffinitySpec:
-    topology_key: str
+    topology_key: str | None  # None: the narrowest domain of the nodes' topology that holds the job
     required: bool
     weight: int
 
@@ -327,10 +378,12 @@ class SignalIndex:
 @dataclass(frozen=True)
 class NodeCatalog:
     """What the cluster's nodes say about the catalog, merged into the rules by `webhook.core.catalog` (the static
-    catalog alone when no node watch runs): the models nodes have, and what a model no node has gets."""
+    catalog alone when no node watch runs): the models nodes have, what a model no node has gets, and where each
+    model's nodes are (`webhook.core.placement.TargetNodes`, by catalog model name; "" for every GPU node)."""
 
     present: Mapping[str, str]    # catalog model name -> what the cluster has of it ("3 nodes x 8 GPUs")
     absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
+    placement: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -366,6 +419,8 @@ class Rules:
     instance_types: Mapping[str, InstanceType] = field(default_factory=dict)
     gpu_name_labels: GpuNameLabels | None = None
     fabrics: FabricSettings = field(default_factory=FabricSettings)
+    topology: TopologySettings = field(default_factory=TopologySettings)
+    gpu_taints: tuple[GpuTaint, ...] = ()
     world: WorldSettings = field(default_factory=WorldSettings)
     tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
     ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
@@ -391,6 +446,15 @@ class Rules:
         if found is None:
             found = self.model_index.get(key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key)
         return found
+
+    def node_label_keys(self) -> frozenset[str]:
+        """The node labels the node watch keeps: those naming models, instance types, topology and fabrics."""
+        keys = {*self.model_keys, *self.instance_type_keys, *self.memory_keys, *self.topology.keys()}
+        keys.update(s.label for s in self.fabrics.from_nodes if s.label)
+        keys.update(key for key, _, _ in self.fabrics.by_node_label)
+        if self.gpu_name_labels is not None:
+            keys.add(self.gpu_name_labels.name_key)
+        return frozenset(keys)
 
     def vendor_of(self, resource: str) -> str | None:
         """The GPU vendor an accelerator resource stands for (a MIG resource: the MIG vendor)."""
@@ -490,6 +554,9 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         instance_types=_compile_instance_types(document.get("instanceTypes") or {}, catalog, source),
         gpu_name_labels=_compile_gpu_name_labels(document.get("gpuNameLabels"), catalog, source),
         fabrics=_compile_fabrics(document.get("fabrics") or {}, catalog, source),
+        topology=_compile_topology(document.get("topology") or {}),
+        gpu_taints=tuple(GpuTaint(key=t["key"], value=t.get("value"), source=t["source"])
+                         for t in (document.get("taints") or {}).get("gpu") or ()),
         world=_compile_world(document.get("worldSize") or {}),
         tensor_parallel=TensorParallelSettings(
             env=tuple((document.get("tensorParallel") or {}).get("env") or ()),
@@ -569,6 +636,9 @@ def _compile_fabrics(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel], s
     named = [("default", spec["default"])]
     named += [(f"byModel.{m}", f) for m, f in (spec.get("byModel") or {}).items()]
     named += [(f"byNodeLabel[{i}]", e["fabric"]) for i, e in enumerate(spec.get("byNodeLabel") or ())]
+    named += [(f"{part}[{i}]", e["fabric"]) for part in ("fromNodes", "fromPod")
+              for i, e in enumerate(spec.get(part) or ())]
+    named += [(f"hostInterfaces.{f}", f) for f in spec.get("hostInterfaces") or {}]
     for where, fabric in named:
         if fabric not in env:
             raise _fail(source, ["fabrics", where], f"fabric {fabric!r} has no entry under fabrics.env")
@@ -578,7 +648,25 @@ def _compile_fabrics(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel], s
         default=spec["default"], by_model=dict(spec.get("byModel") or {}),
         by_node_label=tuple((e["key"], frozenset(e["values"]) if "values" in e else None, e["fabric"])
                             for e in spec.get("byNodeLabel") or ()),
-        env=env)
+        env=env,
+        from_nodes=tuple(_fabric_signal(e) for e in spec.get("fromNodes") or ()),
+        from_pod=tuple(_fabric_signal(e) for e in spec.get("fromPod") or ()),
+        host_interfaces=dict(spec.get("hostInterfaces") or {}))
+
+
+def _fabric_signal(spec: Mapping[str, Any]) -> FabricSignal:
+    return FabricSignal(fabric=spec["fabric"], label=spec.get("label"),
+                        values=frozenset(spec["values"]) if "values" in spec else None, resource=spec.get("resource"),
+                        resource_pattern=_regex(spec.get("resourcePattern")))
+
+
+def _compile_topology(spec: Mapping[str, Any]) -> TopologySettings:
+    defaults = TopologySettings()
+    return TopologySettings(
+        key_sets=tuple(TopologyKeySet(name=s["name"], keys=tuple(s["keys"]), source=s["source"])
+                       for s in spec.get("keySets") or ()),
+        nvlink_domain_key=spec.get("nvlinkDomainKey"),
+        zone_key=spec.get("zoneKey", defaults.zone_key), hostname_key=spec.get("hostnameKey", defaults.hostname_key))
 
 
 def _compile_world(spec: Mapping[str, Any]) -> WorldSettings:
@@ -622,7 +710,7 @@ def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: s
         nccl=nccl is not None,
         nccl_single_node=bool((nccl or {}).get("singleNode", False)),
         tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
-        pod_affinity=PodAffinitySpec(topology_key=affinity["topologyKey"], required=affinity.get("mode") == "required",
+        pod_affinity=PodAffinitySpec(topology_key=affinity.get("topologyKey"), required=affinity.get("mode") == "required",
                                      weight=int(affinity.get("weight", 100))) if affinity else None,
         topology_spread=TopologySpreadSpec(topology_keys=tuple(spread["topologyKeys"]),
                                            max_skew=int(spread.get("maxSkew", 1)),

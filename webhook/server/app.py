@@ -62,6 +62,7 @@ _KNOWN_KINDS = frozenset({"Pod", CLAIM_TEMPLATE, CLAIM, *(kind for _, kind in KI
 
 
 def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:
+    patch_ops = (len(verdict.patch) if verdict else 0) if endpoint == MUTATE else None
     if verdict is None:
         outcome, workload, reasons, mode = "allowed", "-", [], None
     else:
@@ -70,8 +71,8 @@ def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, sta
         reasons = [f.code for f in verdict.findings if f.severity == "deny"]
         mode = verdict.mode
     count_request(endpoint=endpoint, operation=review.operation, kind=review.kind, verdict=outcome,
-                          workload=workload, denial_reasons=reasons, mode=mode,
-                          seconds=time.perf_counter() - started, kinds=_KNOWN_KINDS)
+                  workload=workload, denial_reasons=reasons, mode=mode,
+                  seconds=time.perf_counter() - started, kinds=_KNOWN_KINDS, patch_ops=patch_ops)
 
 
 def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint: str, verdict: Verdict | None,

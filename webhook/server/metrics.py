@@ -49,6 +49,10 @@ class Instruments:
                                  "Time from request body to response, per endpoint", ["endpoint"],
                                  buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
                                           2.5, 5.0))
+        # What the webhook changes: JSON Patch operations per /mutate answer (0: the pod is left as it is). Every
+        # operation changes what the scheduler or the runtime does, or is the profile record.
+        self.patch_operations = Histogram("ai_admission_patch_operations", "JSON Patch operations per /mutate answer",
+                                          buckets=(0, 1, 2, 4, 6, 8, 10, 12, 16, 24, 32, 64))
         self.rules_generation = Gauge("ai_admission_rules_generation", "Rules loads since start (1 = initial load)",
                                       multiprocess_mode="max")
         self.rules_reload_errors = Counter("ai_admission_rules_reload_errors",
@@ -155,8 +159,9 @@ def _latency_series(endpoint: str) -> Histogram:
     return instruments().latency.labels(endpoint)
 
 
-# One answered review: the labels of its request series, its denial reasons with the mode, and its duration.
-Record = tuple[tuple[str, str, str, str, str], tuple[str, ...], str, float]
+# One answered review: the labels of its request series, its denial reasons with the mode, its duration, and the
+# operations of its patch (None: not a /mutate answer).
+Record = tuple[tuple[str, str, str, str, str], tuple[str, ...], str, float, int | None]
 
 
 def _add(records: list[Record]) -> None:
@@ -164,15 +169,20 @@ def _add(records: list[Record]) -> None:
     requests: collections.Counter[tuple[str, str, str, str, str]] = collections.Counter()
     denials: collections.Counter[tuple[str, str]] = collections.Counter()
     durations: dict[str, list[float]] = collections.defaultdict(list)
-    for series, reasons, mode, seconds in records:
+    operations: list[float] = []
+    for series, reasons, mode, seconds, patch_ops in records:
         requests[series] += 1
         for reason in reasons:
             denials[reason, mode] += 1
         durations[series[0]].append(seconds)
+        if patch_ops is not None:
+            operations.append(patch_ops)
     # the request counts last: a scrape (from another worker, mid-way through this) that sees a request counted
     # also sees its duration and its denial reasons
     for endpoint, values in durations.items():
         _observe_all(_latency_series(endpoint), values)
+    if operations:
+        _observe_all(instruments().patch_operations, operations)
     for (reason, mode), count in denials.items():
         _denial_series(reason, mode).inc(count)
     for series, count in requests.items():
@@ -202,7 +212,8 @@ _queue: batching.Queue[Record] = batching.Queue(_add)
 
 
 def count_request(*, endpoint: str, operation: str, kind: str, verdict: str, workload: str,
-                  denial_reasons: list[str], mode: str | None, seconds: float, kinds: frozenset[str]) -> None:
+                  denial_reasons: list[str], mode: str | None, seconds: float, kinds: frozenset[str],
+                  patch_ops: int | None = None) -> None:
     """Everything counted for one answered review; queued, and added to the series by `webhook.server.batching`."""
     _queue.put(((endpoint, _bounded(operation, OPERATIONS), _bounded(kind, kinds), verdict, workload),
-                tuple(denial_reasons), mode or "-", seconds))
+                tuple(denial_reasons), mode or "-", seconds, patch_ops))

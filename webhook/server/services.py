@@ -146,8 +146,8 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
                                                   resync=settings.cluster_check_seconds, observer=observer,
                                                   on_change=_count_priority_classes)
     if settings.node_watch:
-        node_watch = NodeWatch(keys=lambda: holder["services"].file_rules.model_keys if "services" in holder
-                               else rules.model_keys, resync=settings.node_resync_seconds, observer=observer)
+        node_watch = NodeWatch(lambda: holder["services"].file_rules if "services" in holder else rules,
+                               resync=settings.node_resync_seconds, observer=observer)
     if settings.claim_watch:
         claim_watch = ClaimWatch(resync=settings.claims_resync_seconds, observer=observer)
     services = Services(rules, priority_class_watch=priority_class_watch, node_watch=node_watch,

@@ -1,0 +1,332 @@
+"""Placement through the real kube-scheduler: the scheduling intent ai-admission writes is acted on.
+
+A simulated cluster (tests/support/clusters.py: GKE-like and EKS-like, labelled and tainted as those providers do)
+is created as Node objects; a kube-scheduler binds pods to them and preempts as a cluster's scheduler does (no
+kubelet runs: a bound pod stays Pending, and a small stand-in finalizes pods the scheduler deletes, as kubelets
+would). A server of its own watches the nodes, as the shipped Deployment does, and is registered for the test's
+namespaces. What is measured, on both clusters:
+
+- a multi-node training job packs into one topology domain when one has room, and is told when none has;
+- inference replicas spread over both zones;
+- a training job arriving on a cluster full of batch preempts batch and is scheduled;
+- an inference pod arriving on a cluster full of training never leaves a training job with some pods evicted;
+- a multi-node training pod carries the NCCL settings of the fabric its nodes publish, or a warning.
+
+Skipped with one line where no kube-scheduler binary is found ($KUBEBUILDER_ASSETS, then PATH).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import requests
+
+from tests.conftest import Server, eventually, start_server, stop_server
+from tests.support.apiserver import warnings
+from tests.support.clusters import eks_cluster, gke_cluster
+from tests.support.control_plane import SCHEDULER, ControlPlane, Scheduler, find_binary, namespace_name
+from tests.support.e2e_install import install, route_labels, uninstall
+from webhook.core.rules import Rules
+
+# The simulated nodes carry a taint of their own, tolerated only by this module's pods: pods other tests left
+# Pending elsewhere in the session's API server never land on them.
+E2E_TAINT = {"key": "e2e.ai-admission.io/placement", "value": "true", "effect": "NoSchedule"}
+E2E_TOLERATION = {"key": "e2e.ai-admission.io/placement", "operator": "Exists", "effect": "NoSchedule"}
+CLUSTERS: dict[str, Callable[[], list[dict[str, Any]]]] = {"gke": gke_cluster, "eks": eks_cluster}
+# how each provider's pods select its H100 nodes, and the key of the domain a 24-GPU job packs into
+H100_SELECTOR = {"gke": {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"},
+                 "eks": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}
+PACKING_KEY = {"gke": "cloud.google.com/gce-topology-block", "eks": "topology.k8s.aws/network-node-layer-2"}
+SETTLE_SECONDS = 8.0  # how long a pod that must stay Pending is watched
+
+
+@dataclass
+class SimulatedCluster:
+    name: str
+    plane: ControlPlane
+    server: Server
+    nodes: list[dict[str, Any]]
+    route: str
+    namespaces: list[str] = field(default_factory=list)
+
+    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        answer = requests.request(method, f"{self.plane.url}{path}", data=None if body is None else json.dumps(body),
+                                  headers={**self.plane.auth_headers(), "Content-Type": content_type},
+                                  verify=str(self.plane.ca), timeout=30)
+        assert answer.status_code < 300 or (method == "DELETE" and answer.status_code == 404), answer.text
+        return answer.json() if answer.content else None
+
+    def namespace(self, hint: str) -> str:
+        name = self.plane.create_namespace(namespace_name(f"{self.name}-{hint}"), route_labels(self.route))
+        self.namespaces.append(name)
+        return name
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        return self.api("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+
+    def node_of(self, name: str) -> dict[str, Any]:
+        return next(n for n in self.nodes if n["metadata"]["name"] == name)
+
+
+def _create_node(cluster: SimulatedCluster, node: dict[str, Any]) -> None:
+    body = copy.deepcopy(node)
+    body["spec"]["taints"] = [*body["spec"].get("taints", []), E2E_TAINT]
+    status = body.pop("status")
+    cluster.api("POST", "/api/v1/nodes", body)
+    cluster.api("PATCH", f"/api/v1/nodes/{node['metadata']['name']}/status", {"status": status},
+                content_type="application/merge-patch+json")
+
+
+class Kubelets:
+    """What the kubelets would do for this test: a pod the scheduler deletes (a preemption victim, graceful) is
+    confirmed gone, so the scheduler sees its GPUs free."""
+
+    def __init__(self, cluster: SimulatedCluster) -> None:
+        self._cluster = cluster
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            for namespace in list(self._cluster.namespaces):
+                try:
+                    for pod in self._cluster.pods(namespace):
+                        if pod["metadata"].get("deletionTimestamp"):
+                            self._cluster.api("DELETE", f"/api/v1/namespaces/{namespace}/pods/"
+                                                        f"{pod['metadata']['name']}?gracePeriodSeconds=0")
+                except (AssertionError, requests.RequestException):
+                    continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def scheduler(control_plane: ControlPlane) -> Iterator[Scheduler]:
+    binary = find_binary(SCHEDULER)
+    if binary is None:
+        pytest.skip("no kube-scheduler: the placement tests need one ($KUBEBUILDER_ASSETS or PATH)")
+    running = control_plane.start_scheduler(binary)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module", params=sorted(CLUSTERS))
+def cluster(request: pytest.FixtureRequest, control_plane: ControlPlane, scheduler: Scheduler,
+            tmp_path_factory: pytest.TempPathFactory, rules: Rules) -> Iterator[SimulatedCluster]:
+    """The simulated cluster's nodes, and a server watching them registered for the test namespaces."""
+    name = request.param
+    nodes = CLUSTERS[name]()
+    server = start_server(tmp_path_factory.mktemp(f"placement-{name}"), extra_env={
+        "KUBECONFIG": str(control_plane.kubeconfig), "AI_ADMISSION_NODE_CATALOG": "true",
+        "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "true"})
+    simulated = SimulatedCluster(name, control_plane, server, nodes, route=f"placement-{name}")
+    kubelets = None
+    try:
+        for node in nodes:
+            _create_node(simulated, node)
+        # every worker has a node watch of its own, and /readyz answers from whichever worker takes the call: asked
+        # a couple of dozen times, every worker has answered that it sees all the nodes
+        eventually(lambda: all(server.get("/readyz").json()["nodeCatalog"]["gpuNodes"] == len(nodes)
+                               for _ in range(24)))
+        install(control_plane, url=server.url, ca=Path(server.ca), rules=rules, route=simulated.route)
+        kubelets = Kubelets(simulated)
+        yield simulated
+    finally:
+        if kubelets is not None:
+            kubelets.stop()
+        uninstall(control_plane, simulated.route)
+        for namespace in simulated.namespaces:
+            for pod in simulated.pods(namespace):
+                simulated.api("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
+                                        f"?gracePeriodSeconds=0")
+        for node in nodes:
+            simulated.api("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+        stop_server(server)
+
+
+@pytest.fixture
+def namespace(cluster: SimulatedCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the route; its pods are removed afterwards, so the next test finds the nodes empty."""
+    name = cluster.namespace(request.node.originalname.removeprefix("test_")[:30])
+    yield name
+    for pod in cluster.pods(name):
+        cluster.api("DELETE", f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}?gracePeriodSeconds=0")
+    eventually(lambda: not cluster.pods(name))
+
+
+# -- pods as their controllers create them -------------------------------------------------------------------------
+
+def _owner(kind: str, api_version: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": str(uuid.uuid4()), "controller": True}
+
+
+def _gpu_container(name: str, gpus: int, env: list[dict[str, str]] | None = None,
+                   extra: dict[str, str] | None = None) -> dict[str, Any]:
+    resources = {"nvidia.com/gpu": str(gpus), "cpu": "8", "memory": "64Gi", **(extra or {})}
+    return {"name": name, "image": "registry.example.com/ml/job:1", "env": env or [],
+            "resources": {"limits": resources, "requests": dict(resources)}}
+
+
+def training_worker(cluster: SimulatedCluster, job: str, index: int, pods: int, *,
+                    extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """Worker ``index`` of a PyTorchJob of ``pods`` pods of 8 H100 each, as the training operator creates it."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{job}-worker-{index}", "annotations": {"ai-admission.io/gpu-memory": "60Gi"},
+        "labels": {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker",
+                   "training.kubeflow.org/replica-index": str(index),
+                   "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+        "ownerReferences": [_owner("PyTorchJob", "kubeflow.org/v1", job)]},
+        "spec": {"nodeSelector": dict(H100_SELECTOR[cluster.name]), "tolerations": [E2E_TOLERATION],
+                 "terminationGracePeriodSeconds": 0, "restartPolicy": "OnFailure",
+                 "containers": [_gpu_container("pytorch", 8, [{"name": "WORLD_SIZE", "value": str(pods)},
+                                                               {"name": "RANK", "value": str(index)}], extra)]}}
+
+
+def batch_pod(cluster: SimulatedCluster, index: int) -> dict[str, Any]:
+    """A pod of an Indexed batch Job taking a whole H100 node (8 GPUs)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"embed-{index}", "annotations": {"ai-admission.io/gpu-memory": "20Gi"},
+        "labels": {"batch.kubernetes.io/job-name": "embed", "job-name": "embed"},
+        "ownerReferences": [_owner("Job", "batch/v1", "embed")]},
+        "spec": {"nodeSelector": dict(H100_SELECTOR[cluster.name]), "tolerations": [E2E_TOLERATION],
+                 "terminationGracePeriodSeconds": 0, "restartPolicy": "Never",
+                 "containers": [_gpu_container("embed", 8)]}}
+
+
+def inference_replica(selector: dict[str, str], index: int, *, gpus: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"vllm-{index}", "annotations": {"ai-admission.io/gpu-memory": "16Gi"}, "labels": {"app": "vllm"},
+        "ownerReferences": [_owner("ReplicaSet", "apps/v1", "vllm-5d8f")]},
+        "spec": {"nodeSelector": dict(selector), "tolerations": [E2E_TOLERATION], "terminationGracePeriodSeconds": 0,
+                 "containers": [_gpu_container("vllm", gpus)]}}
+
+
+def create(cluster: SimulatedCluster, namespace: str, pod: dict[str, Any]) -> list[str]:
+    """Create ``pod`` (a real POST, as a controller makes it); the warnings the API server passed on."""
+    done = cluster.plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    assert done.returncode == 0, done.stderr
+    return warnings(done.stderr)
+
+
+def bound(cluster: SimulatedCluster, namespace: str, names: list[str], seconds: float = 60) -> dict[str, str]:
+    """pod name -> node, once every pod of ``names`` is bound."""
+    def all_bound() -> dict[str, str] | None:
+        found = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in cluster.pods(namespace)}
+        return found if all(found.get(name) for name in names) else None
+
+    result: dict[str, str] = eventually(all_bound, seconds=seconds, step=0.2)
+    return {name: result[name] for name in names}
+
+
+def domain(cluster: SimulatedCluster, node: str, key: str) -> str:
+    return cluster.node_of(node)["metadata"]["labels"][key]
+
+
+def fill_one_node_per_domain(cluster: SimulatedCluster, namespace: str, key: str) -> None:
+    """A batch pod pinned to the first node of each domain of ``key``: every domain keeps its other nodes free."""
+    first: dict[str, str] = {}
+    for node in cluster.nodes:
+        labels = node["metadata"]["labels"]
+        if key in labels:
+            first.setdefault(labels[key], node["metadata"]["name"])
+    for index, node_name in enumerate(sorted(first.values())):
+        pod = batch_pod(cluster, index)
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+        create(cluster, namespace, pod)
+    bound(cluster, namespace, [f"embed-{i}" for i in range(len(first))])
+
+
+# -- the measurements ------------------------------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_a_training_job_packs_into_one_domain(cluster: SimulatedCluster, namespace: str) -> None:
+    key = PACKING_KEY[cluster.name]
+    fill_one_node_per_domain(cluster, namespace, key)  # each domain has 3 free nodes: room for the whole job
+    names = [f"llama-worker-{i}" for i in range(3)]
+    for index in range(3):
+        assert not any("not packed" in w for w in create(cluster, namespace, training_worker(cluster, "llama", index, 3)))
+    nodes = bound(cluster, namespace, names)
+    assert len({domain(cluster, node, key) for node in nodes.values()}) == 1, nodes
+
+
+@pytest.mark.e2e
+def test_a_training_job_no_domain_holds_is_told(cluster: SimulatedCluster, namespace: str) -> None:
+    pods = {"gke": 5, "eks": 9}[cluster.name]  # more GPUs than the broadest domain holds (32 on GKE, 64 on EKS)
+    told = create(cluster, namespace, training_worker(cluster, "huge", 0, pods))
+    assert any(w.startswith(f"pods not packed: no single {cluster.name} domain holds the job's {pods * 8} GPUs")
+               for w in told), told
+
+
+@pytest.mark.e2e
+def test_inference_replicas_spread_over_both_zones(cluster: SimulatedCluster, namespace: str) -> None:
+    if cluster.name != "gke":
+        pytest.skip("the EKS-like cluster's GPU nodes are in one zone")
+    selector = {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    for index in range(4):
+        create(cluster, namespace, inference_replica(selector, index))
+    nodes = bound(cluster, namespace, [f"vllm-{i}" for i in range(4)])
+    zones = [domain(cluster, node, "topology.kubernetes.io/zone") for node in nodes.values()]
+    assert sorted(zones) == ["us-central1-a", "us-central1-a", "us-central1-b", "us-central1-b"], nodes
+
+
+@pytest.mark.e2e
+def test_a_training_job_preempts_batch(cluster: SimulatedCluster, namespace: str) -> None:
+    h100 = [n for n in cluster.nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"].startswith("NVIDIA-H100")]
+    for index in range(len(h100)):
+        create(cluster, namespace, batch_pod(cluster, index))
+    bound(cluster, namespace, [f"embed-{i}" for i in range(len(h100))])
+    started = time.monotonic()
+    for index in range(2):
+        create(cluster, namespace, training_worker(cluster, "ft", index, 2))
+    bound(cluster, namespace, ["ft-worker-0", "ft-worker-1"], seconds=90)
+    print(f"{cluster.name}: a 2-pod training job preempted batch and was bound in {time.monotonic() - started:.1f} s")
+    left = {p["metadata"]["name"] for p in cluster.pods(namespace) if p["metadata"]["name"].startswith("embed-")}
+    assert len(left) == len(h100) - 2
+
+
+@pytest.mark.e2e
+def test_inference_never_breaks_a_running_training_job(cluster: SimulatedCluster, namespace: str) -> None:
+    h100 = [n for n in cluster.nodes if n["metadata"]["labels"]["nvidia.com/gpu.product"].startswith("NVIDIA-H100")]
+    per_job = len(h100) // 2
+    jobs = {job: [f"{job}-worker-{i}" for i in range(per_job)] for job in ("pretrain", "sft")}
+    for job in jobs:
+        for index in range(per_job):
+            create(cluster, namespace, training_worker(cluster, job, index, per_job))
+    before = bound(cluster, namespace, [name for names in jobs.values() for name in names])
+    create(cluster, namespace, inference_replica(H100_SELECTOR[cluster.name], 0))
+    time.sleep(SETTLE_SECONDS)
+    pods = {p["metadata"]["name"]: p for p in cluster.pods(namespace)}
+    for names in jobs.values():
+        kept = [name for name in names if name in pods and not pods[name]["metadata"].get("deletionTimestamp")]
+        assert kept == names, f"a training job lost {sorted(set(names) - set(kept))}"
+    assert {name: pods[name]["spec"]["nodeName"] for name in before} == before
+    assert not pods["vllm-0"]["spec"].get("nodeName")  # it waits: neither class preempts the other
+
+
+@pytest.mark.e2e
+def test_a_multi_node_pod_gets_its_fabrics_nccl_settings_or_a_warning(cluster: SimulatedCluster,
+                                                                      namespace: str) -> None:
+    told = create(cluster, namespace, training_worker(cluster, "nccl", 0, 2))
+    pod = next(p for p in cluster.pods(namespace) if p["metadata"]["name"] == "nccl-worker-0")
+    env = {e["name"] for e in pod["spec"]["containers"][0].get("env", [])}
+    if cluster.name == "gke":
+        # A3 Mega (the nodes' instance type): GPUDirect-TCPXO, set up by GKE's own plugin; nothing to add
+        assert not env & {"NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE"}
+        assert not any("NCCL" in w for w in told), told
+    else:
+        # p5 with EFA: NCCL needs nothing set, but a pod that asks for no EFA device talks TCP: it is told
+        assert not env & {"NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE"}
+        assert any("offer vpc.amazonaws.com/efa but the pod asks for none" in w for w in told), told
+        asking = create(cluster, namespace, training_worker(cluster, "efa", 0, 2, extra={"vpc.amazonaws.com/efa": "32"}))
+        assert not any("efa" in w.lower() or "NCCL" in w for w in asking), asking
