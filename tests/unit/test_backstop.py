@@ -102,9 +102,15 @@ def test_the_rules_shape_the_cel() -> None:
                  if v["name"] == "facts")
     assert "'example.com/npu'" in facts and "'example.com/accelerator-model'" in facts
     default = next(v["expression"] for v in backstop.policy(RULES)["spec"]["variables"] if v["name"] == "facts")
-    # the MIG pattern: twice to find accelerators (limits, requests), then as the model (unless migNeedsModel) and
-    # as the memory
-    assert default.count("n.matches('^nvidia") == 4 and facts.count("n.matches('^nvidia") == 3
+    # the MIG pattern: twice to find accelerators (limits, requests) and twice more to keep MIG names out of the
+    # unknown accelerators, then as the model (unless migNeedsModel) and as the memory
+    assert default.count("n.matches('^nvidia") == 6 and facts.count("n.matches('^nvidia") == 5
+    # the unknown accelerators from the rules' pattern, and none without it
+    assert "(?i)" + RULES.raw["accelerators"]["unknownPattern"] in default
+    del document["accelerators"]["unknownPattern"]
+    plain = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
+                 if v["name"] == "facts")
+    assert "(?i)" not in plain
 
 
 def test_the_toleration_policy_follows_the_rules() -> None:

@@ -494,8 +494,11 @@ def test_check_reads_templates_from_the_same_directory(tmp_path: Path, known: st
     assert train["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     alone = subprocess.run([CLI, "check", "-f", str(tmp_path / "pods.yaml")], cwd=ROOT, capture_output=True,
                            text=True, timeout=60)
-    assert alone.returncode == 0, alone.stdout  # without the templates no GPU is seen, so nothing is missing
-    assert alone.stdout.endswith("2 checked: 2 allowed, 0 allowed with warnings, 0 denied\n")
+    # without the templates no GPU is seen, so nothing is missing; but each pod is told its claim was not judged
+    assert alone.returncode == 0, alone.stdout
+    assert alone.stdout.endswith("2 checked: 0 allowed, 2 allowed with warnings, 0 denied\n")
+    assert alone.stdout.count('names ResourceClaimTemplate "a100x2", which is not known here') == 1
+    assert alone.stdout.count('names ResourceClaimTemplate "any-gpu", which is not known here') == 1
 
 
 def test_the_dra_jobset_manifest() -> None:

@@ -95,11 +95,11 @@ def test_webhook_settings(base: list[dict[str, Any]]) -> None:
                      {"key": "ai-admission.io/mode", "operator": "In", "values": ["audit"]}]
 
 
-def test_validating_rules_cover_every_template_kind(base: list[dict[str, Any]]) -> None:
+def test_validating_rules_cover_every_template_kind(base: list[dict[str, Any]], rules: Rules) -> None:
     for webhook in find(base, "ValidatingWebhookConfiguration")["webhooks"]:
         covered = {(g, r) for rule in webhook["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
         assert ("", "pods") in covered
-        assert {(k.group, k.resource) for k in KINDS.values()} <= covered
+        assert {(k.group, k.resource) for k in [*KINDS.values(), *rules.generic_kinds]} <= covered
         claims = [rule for rule in webhook["rules"] if rule["apiGroups"] == ["resource.k8s.io"]]
         assert claims == [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                            "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}]
@@ -153,7 +153,7 @@ def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
     assert roles[("ClusterRole", "ai-admission-read-nodes")] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
     assert roles[("ClusterRole", "ai-admission-watch-resourceclaims")] == [
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims"],
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims", "deviceclasses"],
          "verbs": ["list", "watch"]}]
     bound = {(o["roleRef"]["name"], s["name"]) for o in base if o["kind"] == "ClusterRoleBinding"
              for s in o["subjects"]}
@@ -191,17 +191,18 @@ def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, 
                      ("ValidatingAdmissionPolicyBinding", f"{name}-audit-label")}
 
 
-def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]]) -> None:
+def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]],
+                                                                               rules: Rules) -> None:
     objects = render("manifests/overlays/policy-reports")
     added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
     assert added == {("CustomResourceDefinition", "policyreports.wgpolicyk8s.io"),
                      ("ClusterRole", "ai-admission-policy-reports"), ("ClusterRoleBinding", "ai-admission-policy-reports")}
     crd = find(objects, "CustomResourceDefinition")
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha2"]
-    rules = find(objects, "ClusterRole", "ai-admission-policy-reports")["rules"]
-    readable = {(g, r) for rule in rules if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert {(k.group, k.resource) for k in KINDS.values()} | {("", "pods")} <= readable
-    (writes,) = [rule for rule in rules if rule["verbs"] != ["list"]]
+    granted = find(objects, "ClusterRole", "ai-admission-policy-reports")["rules"]
+    readable = {(g, r) for rule in granted if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {(k.group, k.resource) for k in [*KINDS.values(), *rules.generic_kinds]} | {("", "pods")} <= readable
+    (writes,) = [rule for rule in granted if rule["verbs"] != ["list"]]
     assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "watch", "create", "update"]}
     binding = find(objects, "ClusterRoleBinding", "ai-admission-policy-reports")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai-admission", "namespace": "ai-admission"}]

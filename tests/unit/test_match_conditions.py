@@ -55,7 +55,30 @@ def test_fixture_pods(case: PodCase) -> None:
     assert condition_holds(pod_condition(RULES) or "", case.pod) is (case.workload != "none")
 
 
-NOT_ACCELERATORS = ["cpu", "memory", "example.com/fpga", "nvidia.com/gpu.shared", "amd.com/gpu-x"]
+NOT_ACCELERATORS = ["cpu", "memory", "example.com/fpga", "nvidia.com/gpucores", "gpu.intel.com/millicores",
+                    "aws.amazon.com/neuron", "google.com/tpu"]
+
+
+def _gpu_pod(resources: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "i"}
+    if resources:
+        container["resources"] = {"limits": resources}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "annotations": annotations or {}},
+            "spec": {"containers": [container]}}
+
+
+@pytest.mark.parametrize("pod", [
+    _gpu_pod({"gpu.intel.com/xe": "1"}),                     # another vendor's GPU
+    _gpu_pod({"aliyun.com/gpu-mem": "3"}),                   # a share of one GPU by its memory
+    _gpu_pod({"example.com/gpu": "1"}),                      # a GPU-looking resource no rule names
+    _gpu_pod({"Example.com/VGPU": "1"}),                     # ... matched without case, as the webhook does
+    _gpu_pod(annotations={"gpu-fraction": "0.5"}),           # KAI-Scheduler's share by annotation, no resource
+    _gpu_pod(annotations={"gpu-memory": "2000"}),
+], ids=["intel", "gpushare", "unknown", "unknown-case", "kai-fraction", "kai-memory"])
+def test_every_new_way_to_ask_for_a_gpu_is_sent(pod: dict[str, Any]) -> None:
+    assert condition_holds(pod_condition(RULES) or "", pod)
+    assert not webhook_leaves_alone(pod, RULES)
+    assert_agree(pod)
 
 
 @st.composite

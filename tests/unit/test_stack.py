@@ -20,8 +20,8 @@ from tests.support.builders import CLI
 from tests.support.fixtures import EXPECTED, STACK
 from webhook.cli.check import read_documents
 from webhook.core.documents import check
+from webhook.core.generic import generic_templates
 from webhook.core.rules import Rules
-from webhook.core.templates import generic_templates
 
 
 def rows(paths: list[str], rules: Rules) -> list[list[Any]]:
@@ -73,9 +73,9 @@ def test_a_kind_ai_admission_does_not_know_is_read_generically_and_says_so() -> 
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert lines[0].startswith("DENY  Notebook kubeflow-user/research-gpu spec.template.spec  class=batch (")
-    assert lines[0].endswith("reasons=gpu-model-missing,gpu-memory-missing  (kind read generically)")
-    assert ("      warning: Notebook is not a kind ai-admission knows; its pod spec at spec.template.spec was read "
-            "generically (as a pod owned by the Notebook)") in lines
+    assert lines[0].endswith("reasons=gpu-model-missing,gpu-memory-missing  reader=generic: pod spec")
+    assert ("      warning: Notebook is not in the kinds table; its pod spec at spec.template.spec was read "
+            "generically, as a pod owned by the Notebook") in lines
     assert lines[-1] == "1 checked: 0 allowed, 0 allowed with warnings, 1 denied; 1 object without pod templates skipped"
 
 

@@ -73,6 +73,18 @@ def _discover(args: argparse.Namespace, command: str, rules: Rules) -> Any:
         return None
 
 
+def _device_classes(args: argparse.Namespace, command: str) -> list[dict[str, Any]] | None:
+    """The cluster's DeviceClasses (one list), or None once it said why they cannot be read."""
+    from webhook.cluster import client as kube
+    from webhook.cluster.claims import list_device_classes
+
+    try:
+        return list_device_classes(kube.client(args.kubeconfig))
+    except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
+        print(f"ai-admission {command}: cannot read the cluster's DeviceClasses: {exc}", file=sys.stderr)
+        return None
+
+
 def _check(args: argparse.Namespace) -> int:
     from webhook.core.documents import check
 
@@ -88,6 +100,12 @@ def _check(args: argparse.Namespace) -> int:
         if discovered is None:
             return 2
         rules = effective(rules, discovered)
+        classes = _device_classes(args, "check")
+        if classes is None:
+            return 2
+        from webhook.core.dra.classes import classes_of, with_device_classes
+
+        rules = with_device_classes(rules, classes_of(classes, rules, source="the cluster"))
     try:
         report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
     except InputError as exc:
@@ -241,8 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text: a line per object/template; json: machine-readable; yaml: the mutated pods")
     checker.add_argument("--cluster", action="store_true",
-                         help="judge against the catalog of the cluster's nodes merged into the rules (as the "
-                              "server does), not the rules' catalog alone")
+                         help="judge against the catalog of the cluster's nodes and its GPU DeviceClasses merged "
+                              "into the rules (as the server does), not the rules alone")
     checker.add_argument("--kubeconfig", help="kubeconfig file for --cluster (default: in-cluster, $KUBECONFIG)")
     checker.set_defaults(func=_check)
 

@@ -72,11 +72,20 @@ def render_text(report: Report) -> str:
         target = f"{r.kind} {r.namespace + '/' if r.namespace else ''}{r.name}" + (f" {r.path}" if r.path else "")
         reasons = ",".join(r.verdict.reason_codes) or "-"
         why = f" ({r.reason})" if r.reason else ""
-        generic = "  (kind read generically)" if r.generic else ""
-        lines.append(f"{r.status:<5} {target}  class={r.workload}{why}  reasons={reasons}{generic}")
+        reader = f"  reader={r.reader}" if r.path else ""  # templates: the kinds table or the generic reader
+        lines.append(f"{r.status:<5} {target}  class={r.workload}{why}  reasons={reasons}{reader}")
         if r.verdict.message:
             lines.extend(f"      {line}" for line in r.verdict.message.splitlines()[1:])
         lines.extend(f"      warning: {w}" for w in r.verdict.warnings)
+    for document in report.skipped:
+        paths = report.unread_paths(document)
+        if paths:
+            meta = podview.metadata(document.obj)
+            namespace = meta.get("namespace")
+            where = f"{str(namespace) + '/' if namespace else ''}{meta.get('name', '')}"
+            lines.append(f"SKIP  {document.obj.get('kind')} {where}  speaks of GPUs at {', '.join(paths)}, in fields "
+                         f"of its own: not judged here (it holds no pod spec or container object); the pods it "
+                         f"makes are judged when created")
     counts = {s: sum(1 for r in report.results if r.status == s) for s in ("ALLOW", "WARN", "DENY")}
     summary = (f"{len(report.results)} checked: {counts['ALLOW']} allowed, {counts['WARN']} allowed with warnings, "
                f"{counts['DENY']} denied")
@@ -90,7 +99,8 @@ def render_text(report: Report) -> str:
 def render_json(report: Report) -> str:
     payload = {"results": [r.as_dict() for r in report.results],
                "skipped": [{"file": d.source, "document": d.index + 1, "kind": d.obj.get("kind"),
-                            "name": podview.metadata(d.obj).get("name")} for d in report.skipped],
+                            "name": podview.metadata(d.obj).get("name"), "gpuFieldsNotRead": report.unread_paths(d)}
+                           for d in report.skipped],
                "denied": report.denied}
     return json.dumps(payload, indent=2) + "\n"
 

@@ -45,22 +45,28 @@ def severity(result: Result) -> str:
     return "deny" if "deny" in severities else ("warn" if "warn" in severities else "pass")
 
 
-def kinds(api: Any) -> list[tuple[str, str, str, str, bool]]:
-    """(group, version, kind, plural, namespaced) of pods and of every kind of webhook.core.kinds whose API group the
-    cluster serves."""
-    versions = kube.preferred_versions(api)
+def kinds(api: Any, rules: Rules | None = None) -> list[tuple[str, str, str, str, bool]]:
+    """(group, version, kind, plural, namespaced) of pods, of every kind of webhook.core.kinds and of the rules'
+    ``genericKinds`` whose API group the cluster serves, and of DeviceClasses (their GPU classes join the rules)."""
+    versions = {"": "v1", **kube.preferred_versions(api)}  # the core group is not in /apis
     found = [("", "v1", "Pod", "pods", True)]
-    found += [(k.group, versions[k.group], k.kind, k.resource, k.scope == "Namespaced") for k in KINDS.values()
-              if k.group in versions]
+    listed: list[tuple[str, str, str, str]] = [(k.group, k.kind, k.resource, k.scope) for k in KINDS.values()]
+    listed += [(k.group, k.kind, k.resource, k.scope) for k in (rules.generic_kinds if rules is not None else ())]
+    found += [(group, versions[group], kind, resource, scope == "Namespaced") for group, kind, resource, scope in listed
+              if group in versions]
+    if versions.get("resource.k8s.io") == "v1":
+        found.append(("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", False))
     return found
 
 
-def list_objects(api: Any, namespace: str | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every pod and controller in ``namespace`` (all when None), as manifests; and the kinds that failed."""
+def list_objects(api: Any, namespace: str | None,
+                 rules: Rules | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every pod and controller in ``namespace`` (all when None), and the DeviceClasses, as manifests; and the
+    kinds that failed."""
     objects: list[dict[str, Any]] = []
     errors: list[str] = []
-    for group, version, kind, plural, namespaced in kinds(api):
-        if namespace and not namespaced:
+    for group, version, kind, plural, namespaced in kinds(api, rules):
+        if namespace and not namespaced and kind != "DeviceClass":
             continue  # a cluster-scoped kind (ClusterTrainingRuntime) belongs to no namespace
         try:
             items, _ = kube.list_items(api, kube.collection(group, version, plural, namespace if namespaced else None))
@@ -107,7 +113,7 @@ def namespace_modes(api: Any, rules: Rules, namespaces: Iterable[str], errors: l
 
 
 def audit(api: Any, *, rules: Rules, namespace: str | None) -> Audit:
-    objects, errors = list_objects(api, namespace)
+    objects, errors = list_objects(api, namespace, rules)
     report = judge(objects, rules=rules)
     namespaces = sorted({r.namespace for r in report.results} | ({namespace} if namespace else set()))
     return Audit(report=report, namespaces=namespaces, modes=namespace_modes(api, rules, namespaces, errors),

@@ -55,7 +55,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AI_ADMISSION_NODE_RESYNC_SECONDS", "300", "how often the node watch lists the Nodes afresh",
              "node_resync_seconds", "seconds"),
     Variable("AI_ADMISSION_WATCH_CLAIMS", "auto",
-             "keep the cluster's DRA claims and claim templates from a watch, for pods that take GPUs through them",
+             "keep the cluster's DRA claims, claim templates and device classes from a watch, for pods that take "
+             "GPUs through them or through a class's extended resource",
              "watch_claims", "switch"),
     Variable("AI_ADMISSION_CLAIMS_RESYNC_SECONDS", "300", "how often the claim watch lists everything again",
              "claims_resync_seconds", "seconds"),

@@ -15,14 +15,15 @@ from . import podview
 from .dra import claims as dra
 from .facts import NO_FACTS, ClusterFacts
 from .findings import Finding
-from .kinds import templates_of
+from .generic import generic_templates, readable
+from .kinds import group_of, templates_of
 from .mutate import mutate_pod
 from .parallelism import World
 from .policy import evaluate
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
-from .templates import Resolver, generic_templates
+from .templates import TABLE_READER, Resolver
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -114,7 +115,11 @@ class TemplateVerdict:
     path: str
     pod: dict[str, Any]
     verdict: Verdict
-    generic: bool = False
+    reader: str = TABLE_READER   # what found the template: the kinds table, or the generic reader and its shape
+
+    @property
+    def generic(self) -> bool:
+        return self.reader != TABLE_READER
 
 
 def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", name: str = "") -> str:
@@ -138,6 +143,8 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
     objects a template refers to (a TrainJob's runtime) where they are known.
     """
     found = templates_of(obj, rules=rules, group=group, kind=kind, resolve=resolve)
+    group = group if group is not None else group_of(str(obj.get("apiVersion", "")))
+    generic = generic and readable(group)
     if found is None:
         found = generic_templates(obj, rules) if generic else []
         if not found:
@@ -160,7 +167,7 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
             pod["metadata"]["namespace"] = namespace
         verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
                             notes=template.notes, claims=claims)
-        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, generic=template.generic))
+        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader))
     if not results:
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
     return _compose(mode, results), results

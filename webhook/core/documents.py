@@ -15,6 +15,8 @@ from typing import Any, Iterable
 from . import podview
 from .admission import Verdict, is_pod, judge, resolve_mode
 from .dra import claims as dra
+from .dra.classes import classes_of, with_device_classes
+from .generic import gpu_mentions, readable
 from .kinds import KINDS, group_of
 from .mutate import mutate_pod
 from .rules import Rules
@@ -44,7 +46,11 @@ class Result:
     mutated: dict[str, Any] | None = None
     workload: str = "none"
     reason: str = ""          # why the pod has its class
-    generic: bool = False     # the kind is not one ai-admission knows: its pod spec was found by shape
+    reader: str = ""          # what read it: "pod", "claim", the kinds table, or the generic reader and the shape
+
+    @property
+    def generic(self) -> bool:
+        return self.reader.startswith("generic")
 
     @property
     def status(self) -> str:
@@ -55,7 +61,8 @@ class Result:
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.document.source, "document": self.document.index + 1, "kind": self.kind,
                 "namespace": self.namespace, "name": self.name, "template": self.path, "verdict": self.status,
-                "class": self.workload, "classReason": self.reason, "readGenerically": self.generic,
+                "class": self.workload, "classReason": self.reason, "reader": self.reader,
+                "readGenerically": self.generic,
                 "allowed": self.verdict.allowed, "mode": self.verdict.mode,
                 "reasons": self.verdict.reason_codes,
                 "denials": [f.code for f in self.verdict.findings if f.severity == "deny"],
@@ -67,6 +74,11 @@ class Result:
 class Report:
     results: list[Result] = field(default_factory=list)
     skipped: list[Document] = field(default_factory=list)
+    # skipped objects of kinds with no table entry that speak of GPUs in fields of their own, and where
+    unread: dict[int, list[str]] = field(default_factory=dict)  # id(document) -> paths
+
+    def unread_paths(self, document: Document) -> list[str]:
+        return self.unread.get(id(document), [])
 
     @property
     def denied(self) -> bool:
@@ -113,6 +125,7 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
     """
     report = Report()
     documents = list(documents)
+    rules = with_device_classes(rules, classes_of((d.obj for d in documents), rules, source="the input"))
     index = Index(documents)
     claims = _claim_index(documents, namespace)
     for document in documents:
@@ -129,22 +142,26 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
                        resolve=index.find)
         if judged is None:
             report.skipped.append(document)
+            if known is None and readable(group):
+                mentions = gpu_mentions(obj, rules)
+                if mentions:
+                    report.unread[id(document)] = mentions
             continue
         verdict, templates = judged
         if group == dra.GROUP:
-            report.results.append(Result(document, kind, name, ns, None, verdict, workload="-"))
+            report.results.append(Result(document, kind, name, ns, None, verdict, workload="-", reader="claim"))
         elif is_pod(group, kind):
             profile = verdict.profile
             mutated = mutate_pod(obj, profile, rules).pod if profile else None
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
                                          profile.workload if profile else "none",
-                                         profile.classification.reason if profile else ""))
+                                         profile.classification.reason if profile else "", reader="pod"))
         for template in templates:
             profile = template.verdict.profile
             assert profile is not None  # judge_pod always profiles the pod
             mutated = mutate_pod(template.pod, profile, rules).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
-                                         profile.workload, profile.classification.reason, template.generic))
+                                         profile.workload, profile.classification.reason, template.reader))
     return report
 
 

@@ -74,6 +74,9 @@ CODES: tuple[Code, ...] = (
          "write it as the message says (a class name, a quantity, true or false)"),
     Code("priority-class-not-allowed", "deny", "the pod names a PriorityClass its workload class may not take",
          "use one the message lists, or leave priorityClassName empty"),
+    Code("unknown-accelerator", "warn", "the pod asks for an extended resource that looks like a GPU but is not in "
+         "the rules' accelerators; it is judged as one GPU per unit, with no vendor check",
+         "add it to accelerators.resources with its vendor (or to notAccelerators if it is not a GPU)"),
     Code("host-memory-request-missing", "warn", "a GPU container requests no host memory (staging a model "
          "without one ends OOMKilled)", "set resources.requests.memory"),
     Code("tensor-parallel-over-pcie", "warn", "one model split over several cards joined only by PCIe",
@@ -82,6 +85,10 @@ CODES: tuple[Code, ...] = (
          "memory pressure", "set requests equal to limits for cpu and memory in every container"),
     Code("gpu-allocation-all", "deny", "a DRA request with allocationMode All for a GPU class takes every GPU "
          "of a node", "ask for a count (exactly.count), or set dra.allowAllocationModeAll in the rules"),
+    Code("claim-not-known", "warn", "the pod takes a ResourceClaim or ResourceClaimTemplate that is not known here "
+         "(not among check's input, or not yet seen by the server's watch), so what it asks for was not judged "
+         "with the pod", "check the claim with the pod (give both to ai-admission check); it is judged at its own "
+         "admission"),
     Code("gpu-product-name-form", "warn", "a DRA selector compares the product name with a node-label form "
          "(no spaces), which matches no NVIDIA device", "write the name as nvidia-smi prints it, with spaces"),
 )

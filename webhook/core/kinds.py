@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from . import podview
+from .generic import generic_templates
 from .parallelism import World
 from .rules import Rules
 from .templates import (
@@ -27,7 +28,6 @@ from .templates import (
     Template,
     dig,
     from_sites,
-    generic_templates,
     pod_from,
 )
 
@@ -566,6 +566,11 @@ def _expanded(group: str, kind: str, resource: str, expand: Any, sites: tuple[Si
 
 
 _TABLE: tuple[Kind, ...] = (
+    # core v1: a ReplicationController's pods (the replication manager, pkg/controller/replication); a PodTemplate
+    # is read by whoever names it (cluster-autoscaler's ProvisioningRequest podSets, queueing systems), so its
+    # pods have no known owner
+    Kind("", "ReplicationController", "replicationcontrollers", (Site("spec", Owner("v1", "ReplicationController")),)),
+    Kind("", "PodTemplate", "podtemplates", (Site("template", None, template=""),)),
     _workload("Deployment", "ReplicaSet"),
     _workload("ReplicaSet", "ReplicaSet"),
     _workload("StatefulSet", "StatefulSet"),

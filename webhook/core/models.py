@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from . import podview
 from .podview import PodFacts
-from .quantity import QuantityError, parse_quantity
+from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, InstanceType, Rules
 
 MIB = Decimal(2**20)
@@ -237,6 +237,10 @@ def pinned_models(facts: PodFacts, rules: Rules) -> ModelChoice | None:
     choice = _from_selector(facts, rules, selector)
     if choice is not None:
         return choice
+    for annotation, key in rules.node_selector_annotations.items():  # a controller's webhook adds the selector
+        value = facts.annotations.get(annotation)
+        if value and key not in selector and key in rules.model_keys:
+            return _named([value], rules, value, f"annotation {annotation} (nodeSelector {key})")
     terms = _terms(facts)
     choices = [_from_term(expressions, rules, selector) for expressions in terms]
     if not terms or any(c is None for c in choices):
@@ -313,8 +317,44 @@ def _resource_amounts(facts: PodFacts, wanted: frozenset[str]) -> dict[str, Deci
     return found
 
 
+def _shared_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
+    """The memory of a GPU share: a share resource's amount (gpushare), a sharing scheduler's annotation."""
+    if rules.share_resources:
+        amounts = _resource_amounts(facts, frozenset(rules.share_resources))
+        for name, share in rules.share_resources.items():
+            if name in amounts:
+                return MemoryStatement(per_gpu=amounts[name] * share.unit, percent=None,
+                                       source=f"resource {name}: {amounts[name].normalize():f} "
+                                              f"(units of {format_bytes(share.unit)})")
+    notes = facts.annotations
+    for shares in rules.share_annotations:
+        if shares.memory and shares.memory in notes:
+            amount = _positive(notes[shares.memory])
+            if amount is not None:
+                return MemoryStatement(per_gpu=amount * shares.memory_unit, percent=None,
+                                       source=f"annotation {shares.memory}={notes[shares.memory]}")
+        if shares.fraction and shares.fraction in notes:
+            amount = _positive(notes[shares.fraction])
+            if amount is not None and amount <= 1:
+                return MemoryStatement(per_gpu=None, percent=amount * 100,
+                                       source=f"annotation {shares.fraction}={notes[shares.fraction]}")
+    return None
+
+
+def _positive(text: str) -> Decimal | None:
+    try:
+        value = Decimal(text.strip())
+    except ArithmeticError:
+        return None
+    return value if value.is_finite() and value > 0 else None
+
+
 def stated_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
     """Memory per GPU the pod states through a sharing resource or a selected memory label, or None."""
+    if rules.share_resources or rules.share_annotations:
+        shared = _shared_memory(facts, rules)
+        if shared is not None:
+            return shared
     if rules.memory_resources or rules.memory_percent_resources:
         amounts = _resource_amounts(facts, frozenset(rules.memory_resources) | rules.memory_percent_resources)
         for name, unit in rules.memory_resources.items():

@@ -21,6 +21,10 @@ Label facts (sources named beside each):
 - AMD (ROCm/k8s-device-plugin: cmd/k8s-node-labeller/main.go): ``amd.com/gpu.product-name`` (spaces to ``_``),
   ``amd.com/gpu.vram`` rounded to whole GiB (``192G``), ``amd.com/gpu.family``; the count is the ``amd.com/gpu``
   capacity.
+- Intel (intel/intel-device-plugins-for-kubernetes: cmd/gpu_plugin/labels.md, the node-feature rules):
+  ``gpu.intel.com/product`` (``Max_1550``, ``Flex_170``; Arc has only ``gpu.intel.com/family``),
+  ``gpu.intel.com/millicores`` (GPUs x 1000) and ``gpu.intel.com/memory.max`` (bytes of all the node's GPUs, which
+  are identical): the memory per GPU is their quotient.
 """
 
 from __future__ import annotations
@@ -32,9 +36,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
 AMD_PRODUCT = "amd.com/gpu.product-name"
+INTEL_PRODUCT = "gpu.intel.com/product"
+INTEL_RESOURCES = ("gpu.intel.com/i915", "gpu.intel.com/xe")
+_DEVICE_RESOURCES = frozenset({"nvidia.com/gpu", "amd.com/gpu", *INTEL_RESOURCES})
 # Node labels whose values name a node's GPU model, besides the product labels (GKE's accelerator, the
 # instance type, Karpenter's GPU name, the course's gpu-type). The rules' modelKeys are added to these.
-NAMING_KEYS = (GFD_PRODUCT, AMD_PRODUCT, "cloud.google.com/gke-accelerator", "node.kubernetes.io/instance-type",
+NAMING_KEYS = (GFD_PRODUCT, AMD_PRODUCT, INTEL_PRODUCT, "cloud.google.com/gke-accelerator", "node.kubernetes.io/instance-type",
                "karpenter.k8s.aws/instance-gpu-name", "gpu-type")
 _GFD_SUFFIX = re.compile(r"-(?:SHARED|MIG-.*)$")
 _MIG_LABEL = re.compile(r"^nvidia\.com/mig-(?P<profile>[0-9]+g\.[0-9]+gb[.a-z0-9+]*)\.count$")
@@ -91,12 +98,22 @@ def node_gpu(node: Mapping[str, Any], keys: Iterable[str] = ()) -> NodeGpu | Non
         return NodeGpu(product=str(labels[AMD_PRODUCT]), vendor="amd", count=_int(capacity.get("amd.com/gpu")),
                        memory_mib=int(vram.group(1)) * 1024 if vram else None, memory_rounded=bool(vram),
                        family=labels.get("amd.com/gpu.family"), names=names, mig_profiles=())
+    if labels.get(INTEL_PRODUCT):
+        # millicores is GPUs x 1000 and memory.max the bytes of all of them (the GPU plugin's labels; the
+        # device resource counts GPUs times -shared-dev-num, so it is the fallback)
+        millicores = _int(labels.get("gpu.intel.com/millicores"))
+        count = millicores // 1000 if millicores else next(
+            (c for name in INTEL_RESOURCES if (c := _int(capacity.get(name)))), None)
+        total = _int(labels.get("gpu.intel.com/memory.max"))
+        return NodeGpu(product=str(labels[INTEL_PRODUCT]), vendor="intel", count=count,
+                       memory_mib=total // count // 2**20 if total and count else None, memory_rounded=False,
+                       family=labels.get("gpu.intel.com/family"), names=names, mig_profiles=())
     return None
 
 
 def has_gpu_resources(node: Mapping[str, Any]) -> bool:
     capacity = (node.get("status") or {}).get("capacity") or {}
-    return any(key in ("nvidia.com/gpu", "amd.com/gpu") or key.startswith("nvidia.com/mig-") for key in capacity)
+    return any(key in _DEVICE_RESOURCES or key.startswith("nvidia.com/mig-") for key in capacity)
 
 
 # What a node offers that is not an extended resource (a device, an RDMA NIC, EFA).

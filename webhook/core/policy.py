@@ -263,6 +263,12 @@ def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Fin
     if priority:
         found.append(priority)
     if profile.gpu_count:
+        for resource in sorted(profile.gpus):
+            if rules.is_unknown_accelerator(resource):
+                found.append(warn("unknown-accelerator",
+                                  f"{resource} is not an accelerator the rules know; it is judged as a GPU (vendor "
+                                  f"not checked): add it to accelerators.resources with its vendor, or to "
+                                  f"accelerators.notAccelerators if it is not a GPU"))
         if rules.warn_missing_host_memory:
             found.extend(_host_memory_findings(pod, profile))
         model = profile.model

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 from . import names, podview
 from .classify import Classification, classify
 from .dra import claims as dra
+from .dra.rules import GpuDeviceClass
 from .findings import Finding, deny
 from .hints import Hints, read_hints
 from .models import MemoryStatement, ModelChoice, annotated_models, pinned_models, stated_memory
@@ -163,7 +164,59 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Call
             continue
         if value:
             amounts[name] = int(value)
+    if amounts and rules.share_resources:  # a share of one GPU by its memory (gpushare): one device, whatever the amount
+        for name in amounts:
+            if name in rules.share_resources:
+                amounts[name] = 1
     return amounts, malformed
+
+
+def _annotation_shares(facts: PodFacts, rules: Rules,
+                       problems: list[Finding]) -> tuple[dict[str, int], tuple[ContainerKey, ...]] | None:
+    """GPU shares a sharing scheduler hands out by pod annotation (KAI-Scheduler's ``gpu-fraction`` or
+    ``gpu-memory``): the devices they stand for and the container that gets them, or None."""
+    notes = facts.annotations
+    for share in rules.share_annotations:
+        present = [key for key in share.keys() if key in notes]
+        if not present:
+            continue
+        for key in present:
+            if _share_amount(notes[key], fraction=key == share.fraction) is None:
+                wanted = "a fraction of one GPU above 0 and at most 1" if key == share.fraction else \
+                    "a positive amount (MiB)"
+                problems.append(deny("invalid-annotation", f"annotation {key}={notes[key]!r}: expected {wanted}"))
+        devices = 1
+        if share.devices and share.devices in notes:
+            text = notes[share.devices].strip()
+            if text.isdigit() and int(text) > 0:
+                devices = int(text)
+            else:
+                problems.append(deny("invalid-annotation", f"annotation {share.devices}={notes[share.devices]!r}: "
+                                                            f"expected a whole number of devices, 1 or more"))
+        users: tuple[ContainerKey, ...] = (("containers", 0),) if podview.as_list(facts.spec.get("containers")) else ()
+        if share.container and share.container in notes:  # an app container, or an init container (KAI allows it)
+            wanted = notes[share.container]
+            found = [(kind, index) for kind in ("containers", "initContainers")
+                     for index, c in enumerate(podview.as_list(facts.spec.get(kind)))
+                     if isinstance(c, dict) and c.get("name") == wanted]
+            if found:
+                users = (found[0],)
+            else:
+                problems.append(deny("invalid-annotation", f"annotation {share.container}={wanted!r} names no "
+                                                            f"container of the pod"))
+        return {share.resource: devices}, users
+    return None
+
+
+def _share_amount(text: str, *, fraction: bool) -> Decimal | None:
+    """The value of a share annotation: a fraction in (0, 1], or a positive amount; None when it is neither."""
+    try:
+        value = Decimal(text.strip())
+    except ArithmeticError:
+        return None
+    if not value.is_finite() or value <= 0 or (fraction and value > 1):
+        return None
+    return value
 
 
 ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
@@ -206,6 +259,10 @@ def effective_gpus(facts: PodFacts, rules: Rules,
     for _, amounts in _asking(facts, "containers", rules, problems, users):
         for name, count in amounts.items():
             app[name] = app.get(name, 0) + count
+    if not app and not init_peak and rules.share_annotations:
+        shares = _annotation_shares(facts, rules, problems)
+        if shares is not None:
+            return shares[0], shares[1]
     if not init_peak:
         return app, tuple(users)
     result = {name: max(app.get(name, 0), init_peak.get(name, 0)) for name in {*app, *init_peak}}
@@ -314,6 +371,34 @@ def _choose_model(hints: Hints, facts: PodFacts, rules: Rules,
     return chosen, chosen.written, chosen.source
 
 
+def _served(gpus: Mapping[str, int], rules: Rules) -> list[tuple[str, GpuDeviceClass]]:
+    """(resource, class) for each accelerator the pod asks for that a DRA device class serves (KEP-5004)."""
+    return [(name, rules.dra.serving[name]) for name in sorted(gpus) if name in rules.dra.serving]
+
+
+def _class_choice(served: list[tuple[str, GpuDeviceClass]], rules: Rules) -> ModelChoice | None:
+    """The model a serving class pins (its selector's product), as a node selection would."""
+    for resource, device_class in served:
+        if device_class.product is None and device_class.model is None:
+            continue
+        model = rules.catalog.get(device_class.model) if device_class.model else None
+        written = device_class.product or device_class.model or ""
+        return ModelChoice(written=written, source=f'device class "{device_class.name}" (which serves {resource})',
+                           models=(model,) if model else (), unknown=() if model else (written,))
+    return None
+
+
+def _class_memory(served: list[tuple[str, GpuDeviceClass]]) -> MemoryStatement | None:
+    """The memory of each device when every accelerator the pod asks for is served by a class that pins it."""
+    sized = [(resource, c) for resource, c in served if c.memory is not None]
+    if not sized or len(sized) != len(served):
+        return None
+    resource, device_class = min(sized, key=lambda item: item[1].memory or 0)
+    what = "MIG profile" if device_class.mig else "memory"
+    return MemoryStatement(per_gpu=device_class.memory, percent=None,
+                           source=f'device class "{device_class.name}" (which serves {resource}; its {what})')
+
+
 def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource | None = None, *,
                   world: World | None = None) -> Profile:
     """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised.
@@ -328,11 +413,16 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource 
     gpus, users = effective_gpus(facts, rules, problems)
     mig_memory = _mig_memory(gpus, rules)
     claimed = dra.claimed_gpus(facts, rules, claims)  # DRA: GPUs the pod takes through claims
+    if claims is not None and facts.spec.get("resourceClaims"):
+        problems.extend(dra.unknown_claims(facts, rules, claims))
     if claimed is not None:
         gpus, users, mig_memory = claimed.joined(gpus, users, mig_memory)
     classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
     pinned = pinned_models(facts, rules) if gpus else None
+    served = _served(gpus, rules) if gpus and rules.dra.serving else []
+    if served and pinned is None:  # DRA: the class serving an extended resource pins the model (KEP-5004)
+        pinned = _class_choice(served, rules)
     if claimed is not None:  # DRA: a claim's selector pins the model where the pod's own nodeSelector does not
         pinned = claimed.pinned(pinned, rules)
         problems.extend(claimed.problems)
@@ -340,6 +430,8 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource 
     model = choice.smallest if choice else None
     job = world if world is not None else (world_of(facts, rules) if gpus else SINGLE)
     stated = stated_memory(facts, rules) if gpus else None
+    if stated is None and served:
+        stated = _class_memory(served)
     per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory, stated,
                                                 model, job)
     if per_gpu is None and claimed is not None:  # DRA: the claims' annotations, else their selectors

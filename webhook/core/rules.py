@@ -37,6 +37,47 @@ class RulesError(Exception):
 
 
 @dataclass(frozen=True)
+class ShareResource:
+    """A resource that asks for a share of one GPU by its memory alone (Alibaba's gpushare ``aliyun.com/gpu-mem``):
+    the pod gets one shared GPU, and the amount, in ``unit``, is its memory need."""
+
+    name: str
+    vendor: str
+    unit: Decimal
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ShareAnnotations:
+    """A sharing scheduler that hands out GPU shares by pod annotation, with no GPU resource in the pod (NVIDIA's
+    KAI-Scheduler and Run:ai: ``gpu-fraction``, ``gpu-memory``). The pod still takes ``resource`` devices: what
+    tolerations and the vendor check follow."""
+
+    name: str
+    resource: str
+    fraction: str | None = None          # share of one card's memory, 0 < f <= 1
+    memory: str | None = None            # memory per device, in memory_unit
+    memory_unit: Decimal = Decimal(1)
+    devices: str | None = None           # how many devices each get the share (default 1)
+    container: str | None = None         # the container that gets them (default the first)
+    source: str = ""
+
+    def keys(self) -> tuple[str, ...]:
+        """The annotations that make a pod take shares (either is enough)."""
+        return tuple(k for k in (self.fraction, self.memory) if k)
+
+
+@dataclass(frozen=True)
+class GenericKind:
+    """A custom resource with no kinds-table entry that the webhook is registered for and reads by shape."""
+
+    group: str
+    kind: str
+    resource: str
+    scope: str = "Namespaced"
+
+
+@dataclass(frozen=True)
 class GpuModel:
     """One catalog entry: what a card of this model holds (as the device reports it) and how many share a node."""
 
@@ -413,6 +454,12 @@ class Rules:
     memory_resources: Mapping[str, Decimal] = field(default_factory=dict)  # resource -> bytes per unit, per GPU
     memory_percent_resources: frozenset[str] = frozenset()
     model_annotations: tuple[str, ...] = ()
+    node_selector_annotations: Mapping[str, str] = field(default_factory=dict)  # annotation -> the label it selects
+    share_resources: Mapping[str, ShareResource] = field(default_factory=dict)
+    share_annotations: tuple[ShareAnnotations, ...] = ()
+    unknown_accelerator_pattern: re.Pattern[str] | None = None  # extended resources that look like GPUs
+    not_devices_pattern: re.Pattern[str] | None = None          # ... except sharing parameters (memory, cores)
+    not_accelerators: frozenset[str] = frozenset()              # names the pattern matches that are not GPUs
     model_label_suffix: re.Pattern[str] | None = None
     memory_keys: tuple[str, ...] = ()
     instance_type_keys: tuple[str, ...] = ()
@@ -425,6 +472,7 @@ class Rules:
     tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
     ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
     dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
+    generic_kinds: tuple[GenericKind, ...] = ()      # custom resources the webhook reads by shape
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
@@ -466,7 +514,27 @@ class Rules:
     def _names_accelerator(self, resource: Any) -> bool:
         return isinstance(resource, str) and (
             resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
-            or resource in self.dra.extended_resources)
+            or resource in self.dra.extended_resources or self.is_unknown_accelerator(resource))
+
+    def is_device(self, resource: str) -> bool:
+        """An accelerator counted in devices (a node's allocatable ``nvidia.com/gpu: 8``); a share resource counts
+        memory (``aliyun.com/gpu-mem: 64`` on a node of four 16 GiB cards)."""
+        return self.is_accelerator(resource) and resource not in self.share_resources
+
+    def is_unknown_accelerator(self, resource: str) -> bool:
+        """A resource no rule names but that looks like a GPU (``example.com/gpu``, ``vendor.io/vgpu``): judged as
+        one, with a warning, rather than left alone. Sharing parameters (``.../gpumem``, ``.../gpucores``) and the
+        rules' ``notAccelerators`` are not devices."""
+        pattern = self.unknown_accelerator_pattern
+        if pattern is None or resource in self.gpu_resources or resource in self.not_accelerators \
+                or resource in self.dra.extended_resources:
+            return False
+        if resource in self.memory_resources or resource in self.memory_percent_resources:
+            return False
+        if self.mig_pattern is not None and self.mig_pattern.match(resource):
+            return False
+        name = resource.rpartition("/")[2]
+        return bool(pattern.search(resource)) and not (self.not_devices_pattern and self.not_devices_pattern.search(name))
 
 
 def normalize_model_name(name: str) -> str:
@@ -539,8 +607,9 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         default_class=document["defaultClass"],
         default_mode=modes["default"],
         namespace_modes=dict(modes.get("namespaces") or {}),
-        gpu_resources=frozenset(accelerators["resources"]),
-        vendors=dict(accelerators["resources"]),
+        gpu_resources=frozenset(accelerators["resources"]) | frozenset(accelerators.get("shareResources") or ()),
+        vendors={**accelerators["resources"],
+                 **{name: spec["vendor"] for name, spec in (accelerators.get("shareResources") or {}).items()}},
         mig_pattern=re.compile(mig) if mig else None,
         mig_vendor=accelerators.get("migVendor", "nvidia"),
         mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
@@ -548,6 +617,12 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
                           for name, unit in (accelerators.get("memoryResources") or {}).items()},
         memory_percent_resources=frozenset(accelerators.get("memoryPercentResources") or ()),
         model_annotations=tuple(accelerators.get("modelAnnotations") or ()),
+        node_selector_annotations=dict(accelerators.get("nodeSelectorAnnotations") or {}),
+        share_resources=_compile_share_resources(accelerators.get("shareResources") or {}, source),
+        share_annotations=_compile_share_annotations(accelerators.get("shareAnnotations") or [], source),
+        unknown_accelerator_pattern=_caseless(accelerators.get("unknownPattern")),
+        not_devices_pattern=_caseless(accelerators.get("notDevicesPattern")),
+        not_accelerators=frozenset(accelerators.get("notAccelerators") or ()),
         model_label_suffix=re.compile(suffix) if suffix else None,
         memory_keys=tuple(document.get("memoryKeys") or ()),
         instance_type_keys=tuple(document.get("instanceTypeKeys") or ()),
@@ -573,10 +648,31 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
         mutation=_compile_mutation_settings(document.get("mutation") or {}),
+        generic_kinds=tuple(GenericKind(group=k["group"], kind=k["kind"], resource=k["resource"],
+                                        scope=k.get("scope", "Namespaced")) for k in document.get("genericKinds") or ()),
         dra=compile_dra(document.get("dra"), catalog=catalog,
                         fail=lambda path, problem: _fail(source, ["dra", *path], problem)),
         raw=document,
     )
+
+
+def _caseless(pattern: str | None) -> re.Pattern[str] | None:
+    return re.compile(pattern, re.IGNORECASE) if pattern else None
+
+
+def _compile_share_resources(spec: Mapping[str, Any], source: str) -> dict[str, ShareResource]:
+    return {name: ShareResource(name=name, vendor=entry["vendor"],
+                                unit=_quantity(entry["unit"], source, ["accelerators", "shareResources", name, "unit"]),
+                                source=entry.get("source", ""))
+            for name, entry in spec.items()}
+
+
+def _compile_share_annotations(spec: list[Mapping[str, Any]], source: str) -> tuple[ShareAnnotations, ...]:
+    return tuple(ShareAnnotations(
+        name=entry["name"], resource=entry["resource"], fraction=entry.get("fraction"), memory=entry.get("memory"),
+        memory_unit=_quantity(entry.get("memoryUnit", "1"), source, ["accelerators", "shareAnnotations", i, "memoryUnit"]),
+        devices=entry.get("devices"), container=entry.get("container"), source=entry.get("source", ""))
+        for i, entry in enumerate(spec))
 
 
 def _quantity(value: Any, source: str, where: list[Any]) -> Decimal:

@@ -8,8 +8,7 @@ their controllers add is data (`webhook.core.kinds`, one entry per kind); this m
 
 A distributed job's templates also say how many pods the job has (replica counts), which the pods themselves
 learn only from their operator's env once created: each template carries its job's world size, so a model
-sharded over the whole job is judged as such. Any other kind that holds a pod spec asking for an accelerator is
-found generically (a ``containers`` list anywhere in it) and judged too, marked as read generically.
+sharded over the whole job is judged as such. Any other kind is read by `webhook.core.generic`, by shape.
 """
 
 from __future__ import annotations
@@ -29,6 +28,8 @@ TEMPLATE = "template"   # the site holds a PodTemplateSpec
 POD_SPEC = "podspec"    # the site holds a bare PodSpec (its metadata comes from elsewhere)
 BUILT = "built"         # the site's pod spec is assembled from the kind's own fields by a builder
 
+TABLE_READER = "kinds table"
+
 
 @dataclass
 class Template:
@@ -39,7 +40,12 @@ class Template:
     template: PodTemplate
     world: World | None = None          # the pods of the job this template's pods belong to, when several
     notes: tuple[str, ...] = ()         # what the reader of the verdict should know about how it was read
-    generic: bool = False               # found by shape in a kind ai-admission does not know
+    reader: str = TABLE_READER          # what found it: the kinds table, or the generic reader and the shape
+
+    @property
+    def generic(self) -> bool:
+        """Found by shape in a kind with no table entry (`webhook.core.generic`)."""
+        return self.reader != TABLE_READER
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ class Site:
     """
 
     path: str
-    owner: Owner
+    owner: Owner | None         # None: the pods' controller is not known (a PodTemplate is used by several)
     template: str = "template"
     form: str = TEMPLATE
     build: Builder | None = None
@@ -172,7 +178,7 @@ def _with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str,
     return {**container, "env": [*podview.as_list(container.get("env")), *added]} if added else dict(container)
 
 
-def pod_from(obj: Mapping[str, Any], template: PodTemplate, *, owner: Owner, fields: Mapping[str, str],
+def pod_from(obj: Mapping[str, Any], template: PodTemplate, *, owner: Owner | None, fields: Mapping[str, str],
              labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
              env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The pod a controller makes from ``template``: its metadata plus what the controller adds."""
@@ -186,11 +192,12 @@ def pod_from(obj: Mapping[str, Any], template: PodTemplate, *, owner: Owner, fie
     if env:
         values = {k: fill(v, fields) for k, v in env.items()}
         spec["containers"] = [_with_env(c, values) for c in podview.containers({"spec": spec})]
-    api_version = owner.api_version.replace("{apiVersion}", str(obj.get("apiVersion", "")))
     metadata: dict[str, Any] = {"generateName": f"{meta.get('name', '')}-", "labels": pod_labels,
-                                "annotations": pod_annotations,
-                                "ownerReferences": [{"apiVersion": api_version, "kind": owner.kind,
-                                                     "name": fill(owner.name, fields), "uid": "", "controller": True}]}
+                                "annotations": pod_annotations}
+    if owner is not None:
+        api_version = owner.api_version.replace("{apiVersion}", str(obj.get("apiVersion", "")))
+        metadata["ownerReferences"] = [{"apiVersion": api_version, "kind": owner.kind,
+                                        "name": fill(owner.name, fields), "uid": "", "controller": True}]
     if meta.get("namespace"):
         metadata["namespace"] = meta["namespace"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -270,49 +277,4 @@ def from_sites(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[Templat
         pod = pod_from(obj, item.template, owner=site.owner, fields=fields, labels=site.labels,
                        annotations=site.annotations, env=site.env)
         templates.append(Template(item.path, pod, item.template, world=world))
-    return templates
-
-
-# -- any other kind: found by shape ----------------------------------------------------------------------------
-
-MAX_DEPTH = 12
-
-
-def _pod_specs(value: Any, path: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(path, pod spec) of every map holding a ``containers`` list of maps, outermost first."""
-    if depth > MAX_DEPTH:
-        return
-    if isinstance(value, dict):
-        containers = value.get("containers")
-        if isinstance(containers, list) and containers and all(isinstance(c, dict) for c in containers):
-            yield path, value
-            return
-        for key, child in value.items():
-            yield from _pod_specs(child, f"{path}.{key}".lstrip("."), depth + 1)
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _pod_specs(child, f"{path}[{index}]", depth + 1)
-
-
-def generic_templates(obj: Mapping[str, Any], rules: Rules) -> list[Template]:
-    """The pod specs asking for accelerators anywhere in an object of a kind ai-admission does not know.
-
-    A pod spec is a map with a ``containers`` list; when it is the ``spec`` of a pod template, the template's
-    metadata (labels, annotations) comes with it. The owner is the object itself: its controller is not known.
-    """
-    kind = str(obj.get("kind", ""))
-    owner = Owner("{apiVersion}", kind)
-    templates = []
-    for path, spec in _pod_specs(podview.as_dict(obj.get("spec")), "spec", 0):
-        parent_path, _, last = path.rpartition(".")
-        parent = dig(obj, parent_path) if last == "spec" else None
-        metadata = podview.as_dict(parent.get("metadata")) if isinstance(parent, dict) else {}
-        template = {"metadata": metadata, "spec": spec}
-        if not asks_for_accelerators(template, rules):
-            continue
-        fields = {"name": str(podview.metadata(obj).get("name", ""))}
-        pod = pod_from(obj, template, owner=owner, fields=fields)
-        templates.append(Template(path, pod, template, generic=True,
-                                  notes=(f"{kind} is not a kind ai-admission knows; its pod spec at {path} was read "
-                                         f"generically (as a pod owned by the {kind})",)))
     return templates

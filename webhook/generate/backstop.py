@@ -38,7 +38,7 @@ from webhook.core.policy import memory_fix, model_fix
 from webhook.core.rules import MODES, Rules
 from webhook.core.templates import BUILT, POD_SPEC, Site
 
-from .match_conditions import accelerator_clause, cel_list, cel_string
+from .match_conditions import accelerator_clause, caseless_regex, cel_list, cel_string, share_annotation_clause
 from .webhooks import EXCLUDED_NAMESPACES
 
 NAME = "ai-admission-gpu-model-and-memory"
@@ -345,12 +345,41 @@ class Rule:
                                   *([rules.gpu_name_labels.name_key] if rules.gpu_name_labels else [])})
 
     def accelerator(self, name: str) -> str:
-        """`Rules.is_accelerator`: a listed resource, a DRA device class's, or the MIG pattern."""
-        listed = sorted(self.rules.gpu_resources | self.rules.dra.extended_resources)
+        """`Rules.is_accelerator`: a listed resource, a DRA device class's, the MIG pattern, or one that looks like
+        a GPU (`Rules.is_unknown_accelerator`: not a sharing parameter, not one the rules exempt)."""
+        rules = self.rules
+        listed = sorted(rules.gpu_resources | rules.dra.extended_resources)
         tests = [f"{name} in {cel_list(listed)}"] if listed else []
         if self.mig_regex is not None:
             tests.append(f"{name}.matches({cel_string(self.mig_regex)})")
+        if rules.unknown_accelerator_pattern is not None:
+            exempt = sorted({*rules.not_accelerators, *rules.memory_resources, *rules.memory_percent_resources})
+            test = f"{name}.matches({caseless_regex(rules.unknown_accelerator_pattern)})"
+            if exempt:
+                test += f" && !({name} in {cel_list(exempt)})"
+            if self.mig_regex is not None:
+                test += f" && !{name}.matches({cel_string(self.mig_regex)})"
+            if rules.not_devices_pattern is not None:
+                test += (f" && !{name}.substring({name}.lastIndexOf('/') + 1)"
+                         f".matches({caseless_regex(rules.not_devices_pattern)})")
+            tests.append(f"({test})")
         return "(" + " || ".join(tests or ["false"]) + ")"
+
+    def shares(self, v: str) -> tuple[str, str]:
+        """(asks, states memory) through a sharing scheduler's annotations (`webhook.core.profile._annotation_shares`,
+        `webhook.core.models._shared_memory`): the pod asks for shares by annotation when no container asks for an
+        accelerator."""
+        asks, memory = [], []
+        for share in self.rules.share_annotations:
+            asks += [f"{_annotation(v, key)} != ''" for key in share.keys()]
+            if share.memory:
+                memory.append(f"cel.bind(sm, {_annotation(v, share.memory)}.trim(), "
+                              f"sm.matches('^[0-9]+([.][0-9]+)?$') && double(sm) > 0.0)")
+            if share.fraction:
+                memory.append(f"cel.bind(sf, {_annotation(v, share.fraction)}.trim(), "
+                              f"sf.matches('^[0-9]*([.][0-9]+)?$') && sf != '' && sf != '.' && "
+                              f"double(sf) > 0.0 && double(sf) <= 1.0)")
+        return " || ".join(asks) or "false", " || ".join(memory) or "false"
 
     def asked(self, resources: str) -> str:
         """`_accelerator_amounts`: the accelerators one container asks for (the limit, else the request, a positive
@@ -379,6 +408,8 @@ class Rule:
         tests = [f"{_annotation(v, names.GPU_MODEL)}.trim() != ''", selector, affinity]
         tests += [f"{_annotation(v, key)}.split(',').exists(part, part.trim() != '')"
                   for key in self.rules.model_annotations]
+        tests += [f"{_annotation(v, annotation)} != ''" for annotation, key in
+                  sorted(self.rules.node_selector_annotations.items()) if key in self.rules.model_keys]
         if not self.rules.mig_needs_model:
             tests.append(mig)
         tests.append(f"{v}.c")
@@ -397,7 +428,10 @@ class Rule:
                   f"double(num) * (u == 'k' ? 1e3 : u == 'm' ? 1e6 : u == 'b' ? 1e9 : u == 't' ? 1e12 : 1.0) "
                   f">= 1.0))) && {_annotation(v, names.MODEL_PRECISION)}.trim().lowerAscii() in {precisions})")
         tests = [memory, params]
-        sharing = sorted({*self.rules.memory_resources, *self.rules.memory_percent_resources})
+        if self.rules.share_annotations:
+            tests.append(self.shares(v)[1])
+        sharing = sorted({*self.rules.memory_resources, *self.rules.memory_percent_resources,
+                          *self.rules.share_resources})
         if sharing:
             amount = (f"cel.bind(q, {_text('mv')}, q != '' && isQuantity(q) && "
                       f"quantity(q).isGreaterThan(quantity('0')))")
@@ -439,10 +473,11 @@ class Rule:
         ``al`` holds each container's accelerators; a pod is a MIG pod when every accelerator it asks for is a
         MIG slice whose size the name gives (`webhook.core.profile._mig_memory`).
         """
-        mig = (f"(asks && al.all(l, l.all(n, n.matches({cel_string(self.mig_regex)}))))"
+        mig = (f"(al.exists(l, size(l) > 0) && al.all(l, l.all(n, n.matches({cel_string(self.mig_regex)}))))"
                if self.mig_sized and self.mig_regex else "false")
+        shared = self.shares("v")[0]
         return (f"{self.normalized(views)}.map(v, cel.bind(al, v.r.map(r, {self.asked('r')}), "
-                f"cel.bind(asks, al.exists(l, size(l) > 0), "
+                f"cel.bind(asks, al.exists(l, size(l) > 0) || ({shared}), "
                 f"{{'p': dyn(v.p), 'asks': dyn(asks), 'model': dyn({self.names_model('v', mig)}), "
                 f"'memory': dyn({self.states_memory('v', mig)})}})))")
 
@@ -548,7 +583,9 @@ def policy(rules: Rules) -> dict[str, Any]:
             # most pods ask for no accelerator: they skip the views (the test is by name only, a superset of the
             # rule's); controllers and CRDs always go on
             "matchConditions": [{"name": "may-ask-for-accelerators",
-                                 "expression": f"request.resource.resource != 'pods' || {accelerator_clause(rules)}"}],
+                                 "expression": " || ".join(["request.resource.resource != 'pods'",
+                                                            accelerator_clause(rules),
+                                                            *share_annotation_clause(rules)])}],
             "variables": [
                 {"name": "resource", "expression": "request.resource.group + '/' + request.resource.resource"},
                 {"name": "subjects",

@@ -70,12 +70,20 @@ def _all_of(clauses: list[str]) -> str:
 _ALL_CONTAINERS = "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
 
 
+def caseless_regex(pattern: re.Pattern[str]) -> str:
+    """A pattern the rules match without case, for CEL's ``matches`` (RE2's ``(?i)``), or `Untranslatable`."""
+    cel_regex(pattern)
+    return cel_string("(?i)" + pattern.pattern)
+
+
 def accelerator_clause(rules: Rules) -> str:
     """Some container (init containers too) names an accelerator resource in its requests or limits."""
     resources = rules.gpu_resources | rules.dra.extended_resources  # DRA: deviceclass.resource.kubernetes.io/<class>
     names = [f"r in {cel_list(resources)}"] if resources else []
     if rules.mig_pattern is not None:
         names.append(f"r.matches({cel_regex(rules.mig_pattern)})")
+    if rules.unknown_accelerator_pattern is not None:  # a superset: the sharing parameters it matches are let through
+        names.append(f"r.matches({caseless_regex(rules.unknown_accelerator_pattern)})")
     if not names:
         return "false"
     is_accelerator = " || ".join(names)
@@ -88,6 +96,14 @@ def claims_clause(rules: Rules) -> list[str]:
     """The pod takes DRA claims (whether they hold GPUs is known only to the webhook's watch of them)."""
     return ["has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"] if rules.dra.device_classes \
         else []
+
+
+def share_annotation_clause(rules: Rules) -> list[str]:
+    """The pod carries an annotation of a sharing scheduler that hands out GPU shares (``gpu-fraction``)."""
+    keys = {key for share in rules.share_annotations for key in share.keys()}
+    if not keys:
+        return []
+    return [f"has(object.metadata.annotations) && {cel_list(keys)}.exists(k, k in object.metadata.annotations)"]
 
 
 def annotation_clause() -> str:
@@ -182,7 +198,7 @@ def pod_condition(rules: Rules) -> str | None:
     """The CEL expression that is true for every pod ai-admission may act on, one clause a line; None when the
     rules cannot be expressed in CEL (then no condition is set and every pod is sent)."""
     try:
-        clauses = [accelerator_clause(rules), *claims_clause(rules), annotation_clause(),
+        clauses = [accelerator_clause(rules), *share_annotation_clause(rules), *claims_clause(rules), annotation_clause(),
                    *signal_clauses(rules.signals)]
     except Untranslatable:
         return None

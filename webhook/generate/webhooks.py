@@ -60,13 +60,16 @@ def _namespace_selector(mode: str | None) -> dict[str, Any]:
     return {"matchExpressions": expressions}
 
 
-def _template_rules() -> list[dict[str, Any]]:
-    """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.core.kinds)."""
+def _template_rules(rules: Rules) -> list[dict[str, Any]]:
+    """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.core.kinds) and
+    every custom resource the rules have it read by shape (``genericKinds``)."""
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for kind in KINDS.values():
-        resources = by_group[(kind.group, kind.scope)]
-        if kind.resource not in resources:
-            resources.append(kind.resource)
+    listed: list[tuple[str, str, str]] = [(k.group, k.scope, k.resource) for k in KINDS.values()]
+    listed += [(k.group, k.scope, k.resource) for k in rules.generic_kinds]
+    for group, scope, resource in listed:
+        resources = by_group[(group, scope)]
+        if resource not in resources:
+            resources.append(resource)
     return [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
              "resources": sorted(resources), "scope": scope} for (group, scope), resources in sorted(by_group.items())]
 
@@ -113,7 +116,7 @@ def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
     entries = []
     for mode, path, name in VALIDATING_WEBHOOKS:
         entries.append({"name": name, "clientConfig": _client_config(path),
-                        "rules": [POD_RULE, *_template_rules(), CLAIM_RULE], "failurePolicy": "Ignore",
+                        "rules": [POD_RULE, *_template_rules(rules), CLAIM_RULE], "failurePolicy": "Ignore",
                         "namespaceSelector": _namespace_selector(mode), **_only_when(validating_conditions),
                         **_common()})
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",

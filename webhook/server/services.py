@@ -2,12 +2,13 @@
 background services that keep them and the cluster's facts current.
 
 The rules in force are the file's, with the nodes' facts merged in while a node watch runs
-(`webhook.core.catalog.effective`): each change (a rules reload, a node event) computes a new rules object and
+(`webhook.core.catalog.effective`), and the cluster's GPU DeviceClasses while the DRA watch runs
+(`webhook.core.dra.classes`): each change (a rules reload, a node event, a class) computes a new rules object and
 hands it over in one assignment, so requests in flight keep the object they started with. The background
-services are the rules file watch (`webhook.server.reload`), the watches of PriorityClasses, Nodes and DRA claims
-(`webhook.cluster`), and the PolicyReport writer; each is switched by the settings, and each watch is counted by
-the same metrics (`webhook.server.metrics.WatchMetrics`). An app built around given rules (`Services.fixed`,
-for tests) runs none of them unless given.
+services are the rules file watch (`webhook.server.reload`), the watches of PriorityClasses, Nodes and DRA
+objects (`webhook.cluster`), and the PolicyReport writer; each is switched by the settings, and each watch is
+counted by the same metrics (`webhook.server.metrics.WatchMetrics`). An app built around given rules
+(`Services.fixed`, for tests) runs none of them unless given.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from webhook.config.rules_file import default_rules_path
 from webhook.config.settings import Settings
 from webhook.core.catalog import effective
 from webhook.core.dra.claims import ClaimIndex
+from webhook.core.dra.classes import classes_of, with_device_classes
 from webhook.core.facts import NO_FACTS, ClusterFacts
 from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog
 from webhook.core.rules import PriorityClassSpec, Rules
@@ -54,10 +56,20 @@ class Services:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._discovered: DiscoveredCatalog = UNDISCOVERED
+        self._device_classes: list[dict[str, Any]] = []
         self.rules = self.file_rules
         if self.node_watch is not None:
             self.node_watch.on_change = self.set_discovered
             self.set_discovered(self.node_watch.catalog)
+        if self.claim_watch is not None:
+            self.claim_watch.device_classes.on_change = self.set_device_classes
+
+    def _compose(self) -> Rules:
+        """The file's rules with the nodes' facts and the cluster's GPU device classes merged in (under the lock)."""
+        rules = effective(self.file_rules, self._discovered)
+        if self._device_classes:
+            rules = with_device_classes(rules, classes_of(self._device_classes, rules, source="the cluster"))
+        return rules
 
     @classmethod
     def fixed(cls, rules: Rules, *, priority_class_watch: PriorityClassWatch | None = None,
@@ -71,7 +83,7 @@ class Services:
         """A reloaded rules file (the nodes' facts merged in again)."""
         with self._lock:
             self.file_rules = rules
-            self.rules = effective(rules, self._discovered)
+            self.rules = self._compose()
         if self.priority_class_watch is not None:
             self.priority_class_watch.refresh()
 
@@ -79,8 +91,14 @@ class Services:
         """A changed node catalog (merged into the file's rules)."""
         with self._lock:
             self._discovered = discovered
-            self.rules = effective(self.file_rules, discovered)
+            self.rules = self._compose()
         _count_catalog(discovered)
+
+    def set_device_classes(self, objects: list[dict[str, Any]]) -> None:
+        """The cluster's DeviceClasses changed (their GPU classes merged into the rules)."""
+        with self._lock:
+            self._device_classes = objects
+            self.rules = self._compose()
 
     # what the request path reads
 

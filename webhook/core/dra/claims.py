@@ -485,6 +485,24 @@ def _claim_names(container: Mapping[str, Any], gpu_requests: Mapping[str, set[st
     return False
 
 
+def unknown_claims(facts: PodFacts, rules: Rules, claims: ClaimSource | None) -> list[Finding]:
+    """A warning for each claim the pod takes that is not known here (not among check's input; not yet seen by the
+    server's watch): what it holds was not judged with the pod."""
+    if claims is None or not rules.dra.device_classes:
+        return []
+    found = []
+    for entry in podview.as_list(facts.spec.get("resourceClaims")):
+        entry = podview.as_dict(entry)
+        template, claim_name = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
+        kind, name = (CLAIM_TEMPLATE, template) if isinstance(template, str) else (CLAIM, claim_name)
+        if isinstance(name, str) and name and claims(kind, name) is None:
+            found.append(warn("claim-not-known",
+                              f'claim "{entry.get("name", "?")}" names {kind} "{name}", which is not known here: the '
+                              f"devices it asks for were not judged with the pod (the {kind} is judged at its own "
+                              f"admission)"))
+    return found
+
+
 def claimed_gpus(facts: PodFacts, rules: Rules, claims: ClaimSource | None) -> Claimed | None:
     """The GPUs the pod takes through claims ai-admission knows (None: none). A claim not known yet (its
     template is created after the pod, or the watch has not seen it) is left out: the pod is judged as if

@@ -39,6 +39,17 @@ class GpuDeviceClass:
     profile_attribute: str | None   # MIG profile attribute ("1g.10gb": 10 GB), read like the MIG resource name
     memory: Decimal | None          # the memory every device of this class has (a class pinning one profile)
     vendor: str | None = None       # whose GPUs (the catalog's vendor): messages suggest that vendor's models
+    product: str | None = None      # the product every device has, as the class's selector pins it
+    extended_resource: str | None = None  # spec.extendedResourceName: the extended resource it serves (KEP-5004)
+    created: str = ""               # metadata.creationTimestamp: of two classes serving one name, the newer wins
+    source: str = "rules"           # "rules", or where it was read ("the cluster", "the input")
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        """The extended resources a container asks for to get this class's devices: its implicit name, and its
+        ``extendedResourceName`` when it has one."""
+        implicit = DEVICE_CLASS_RESOURCE_PREFIX + self.name
+        return (implicit, self.extended_resource) if self.extended_resource else (implicit,)
 
     def attribute(self, name: str) -> str:
         return f'device.attributes["{self.domain}"].{name}'
@@ -61,8 +72,11 @@ class DraRules:
 
     device_classes: Mapping[str, GpuDeviceClass] = field(default_factory=dict)
     allow_allocation_mode_all: bool = False
-    # deviceclass.resource.kubernetes.io/<class> of the whole-GPU classes: accelerators like nvidia.com/gpu
+    # deviceclass.resource.kubernetes.io/<class> of the whole-GPU classes, and the extendedResourceName of the
+    # cluster's: accelerators like nvidia.com/gpu
     extended_resources: frozenset[str] = frozenset()
+    # extended resource -> the class whose devices serve it, where one does (the cluster's classes)
+    serving: Mapping[str, GpuDeviceClass] = field(default_factory=dict)
 
 
 Fail = Callable[[list[Any], str], Exception]
