@@ -299,3 +299,24 @@ def test_calls_per_pod(control_plane: ControlPlane, rules: Rules, tmp_path: Path
         print(f"{N_PODS} plain pods: {mutate2 - mutate1} mutate calls, {validate2 - validate1} validate calls")
         assert (mutate2 - mutate1, validate2 - validate1) == (0, 0)
         assert not is_mutated(get_pod(control_plane, namespace, "web-0"))
+
+
+def test_a_debug_container_gets_void_and_one_that_takes_gpus_is_denied(control_plane: ControlPlane,
+                                                                      namespace: str) -> None:
+    """``kubectl debug`` adds an ephemeral container through pods/ephemeralcontainers: /mutate sets
+    NVIDIA_VISIBLE_DEVICES=void on it (it can ask for no GPU; its CUDA image would show it every GPU under the
+    NVIDIA runtime), and /validate denies one that sets a device value itself."""
+    target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "debug-target"},
+              "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}
+    done = create(control_plane, namespace, target)
+    assert done.returncode == 0, done.stderr
+    debugged = control_plane.kubectl("debug", "-n", namespace, "debug-target", "-c", "dbg",
+                                     "--image=nvidia/cuda:12.4.1-base-ubuntu22.04", "--", "sleep", "1")
+    assert debugged.returncode == 0, debugged.stderr
+    (added,) = get_pod(control_plane, namespace, "debug-target")["spec"]["ephemeralContainers"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in added.get("env", [])
+    grabbing = control_plane.kubectl("debug", "-n", namespace, "debug-target", "-c", "grab",
+                                     "--image=nvidia/cuda:12.4.1-base-ubuntu22.04", "--env=NVIDIA_VISIBLE_DEVICES=all",
+                                     "--", "sleep", "1")
+    assert grabbing.returncode != 0 and DENIED_BY in grabbing.stderr, grabbing.stderr
+    assert 'ephemeral container "grab" sets NVIDIA_VISIBLE_DEVICES=all' in grabbing.stderr

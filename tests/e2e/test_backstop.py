@@ -123,12 +123,17 @@ def tolerations_of(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> 
     return json.loads(done.stdout)["spec"].get("tolerations") or []
 
 
+def denied(rules: Rules) -> tuple[str, ...]:
+    """The codes the policy denies: the missing information, and the bypass paths denied for every class."""
+    return (*MISSING, *backstop.Rule(rules).denied_paths())
+
+
 def webhook_says(obj: dict[str, Any], namespace: str, rules: Rules) -> dict[str, set[str]]:
     """The webhook's own verdict (deny mode, as the server judges: no claims known, no runtime looked up):
-    for each missing-information code, the paths of the templates (``pod`` for a pod) it is found in."""
-    found: dict[str, set[str]] = {code: set() for code in MISSING}
+    for each code the policy also denies, the paths of the templates (``pod`` for a pod) it is found in."""
+    found: dict[str, set[str]] = {code: set() for code in denied(rules)}
     if obj.get("kind") == "Pod":
-        verdicts = [("pod", judge_pod(obj, rules=rules, mode="deny", subject="pod"))]
+        verdicts = [("pod", judge_pod(obj, rules=rules, mode="deny", subject="pod", namespace=namespace))]
     else:
         judged = judge_object(obj, rules=rules, mode="deny", namespace=namespace, generic=False)
         verdicts = [(t.path, t.verdict) for t in (judged[1] if judged else [])]
@@ -142,20 +147,29 @@ def webhook_says(obj: dict[str, Any], namespace: str, rules: Rules) -> dict[str,
 _SAYS = {"gpu-model-missing": "does not say which model", "gpu-memory-missing": "does not say how much GPU memory"}
 
 
-def policy_says(stderr: str, obj: dict[str, Any]) -> dict[str, set[str]]:
-    """What the policy's message names, per code: the paths before "asks for GPUs but ..."."""
-    found: dict[str, set[str]] = {code: set() for code in MISSING}
+def _paths(listed: str, obj: dict[str, Any]) -> list[str]:
+    """"<Kind> <name (generated, for generateName)> <path>, <path>" (or "pod") -> the paths, in order."""
+    return ["pod"] if obj["kind"] == "Pod" else listed.split(" ", 2)[2].split(", ")
+
+
+def policy_says(stderr: str, obj: dict[str, Any], rules: Rules) -> dict[str, set[str]]:
+    """What the policy's message names, per code: the paths before "asks for GPUs but ..." and, for the paths to a
+    GPU that are not requests, before "reaches GPUs without asking for them (<codes> | <codes>)"."""
+    found: dict[str, set[str]] = {code: set() for code in denied(rules)}
     if DENIED not in stderr:
         return found
     message = stderr.split("denied request: ", 1)[1]
-    for code, says in _SAYS.items():
-        for part in message.split("; "):
+    for part in message.split("; "):
+        for code, says in _SAYS.items():
             if f"asks for GPUs but {says}" in part:
-                listed = part.split(" asks for GPUs")[0]
-                # "<Kind> <name (generated, for generateName)> <path>, <path>"
-                paths = {"pod"} if obj["kind"] == "Pod" else set(listed.split(" ", 2)[2].split(", "))
+                paths = _paths(part.split(" asks for GPUs")[0], obj)
                 # a KServe multi-node worker is its predictor's second template: the webhook names both spec.predictor
                 found[code] = {p.removesuffix(".workerSpec") for p in paths}
+        if " reaches GPUs without asking for them (" in part:
+            listed, _, rest = part.partition(" reaches GPUs without asking for them (")
+            for path, codes in zip(_paths(listed, obj), rest.split("): ", 1)[0].split(" | "), strict=True):
+                for code in codes.split(", "):
+                    found.setdefault(code, set()).add(path.removesuffix(".workerSpec"))
     return found
 
 
@@ -173,7 +187,7 @@ def test_every_fixture_pod_is_denied_by_the_policy_exactly_when_the_webhook_miss
     if code != 0 and DENIED not in stderr:  # the API server's own validation refused it: it can never exist
         assert "is invalid" in stderr, stderr
         return
-    assert policy_says(stderr, pod) == expected, stderr
+    assert policy_says(stderr, pod, rules) == expected, stderr
     assert (code != 0) == any(expected.values()), stderr
 
 
@@ -192,7 +206,7 @@ def test_every_manifest_is_denied_by_the_policy_exactly_when_the_webhook_misses_
     expected = webhook_says(copy.deepcopy(obj), policy_installed, rules)
     code, stderr = through_api_server(control_plane, policy_installed, obj)
     assert code == 0 or DENIED in stderr, stderr
-    assert policy_says(stderr, obj) == expected, stderr
+    assert policy_says(stderr, obj, rules) == expected, stderr
     assert (code != 0) == any(expected.values()), stderr  # a denial for another reason (a CEL error) shows here
 
 
@@ -271,7 +285,7 @@ def test_each_way_of_saying_model_and_memory(control_plane: ControlPlane, policy
     expected = webhook_says(copy.deepcopy(pod), policy_installed, rules)
     code, stderr = through_api_server(control_plane, policy_installed, pod)
     assert code == 0 or DENIED in stderr, stderr
-    assert policy_says(stderr, pod) == expected, stderr
+    assert policy_says(stderr, pod, rules) == expected, stderr
     assert (code != 0) == any(expected.values()), stderr
 
 

@@ -137,12 +137,13 @@ json_values = st.recursive(
 FIELDS = ["uid", "operation", "kind", "resource", "subResource", "object", "oldObject", "namespace", "name", "dryRun"]
 POD_PATHS = [("metadata",), ("metadata", "labels"), ("metadata", "annotations"), ("metadata", "ownerReferences"),
              ("spec",), ("spec", "containers"), ("spec", "initContainers"), ("spec", "nodeSelector"),
-             ("spec", "affinity"), ("spec", "tolerations"), ("spec", "volumes"), ("spec", "priorityClassName")]
+             ("spec", "affinity"), ("spec", "tolerations"), ("spec", "volumes"), ("spec", "priorityClassName"),
+             ("spec", "runtimeClassName"), ("spec", "ephemeralContainers"), ("spec", "serviceAccountName")]
 
 
 MANIFESTS = [d for path in sorted((ROOT / "tests" / "manifests").glob("*.yaml"))
              for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] not in ("Pod", "Service")]
-PLURALS = {"Deployment": "deployments", "CronJob": "cronjobs", "Job": "jobs", "PyTorchJob": "pytorchjobs",
+PLURALS = {"Deployment": "deployments", "DaemonSet": "daemonsets", "CronJob": "cronjobs", "Job": "jobs", "PyTorchJob": "pytorchjobs",
            "JobSet": "jobsets", "InferenceService": "inferenceservices", "RayJob": "rayjobs",
            "ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims"}
 TEMPLATE_PATHS = [("spec",), ("spec", "template"), ("spec", "template", "spec"), ("spec", "pytorchReplicaSpecs"),
@@ -177,6 +178,12 @@ def mutated_reviews(draw: st.DrawFn) -> dict[str, Any]:
     else:
         review = admission_review(copy.deepcopy(draw(st.sampled_from(POD_CASES)).pod), api_version=version)
         paths = POD_PATHS
+        if draw(st.integers(0, 4)) == 0:  # kubectl debug: a container added to the running pod
+            request = review["request"]
+            request.update(operation="UPDATE", subResource="ephemeralcontainers", oldObject=copy.deepcopy(request["object"]))
+            spec = request["object"].setdefault("spec", {})
+            spec["ephemeralContainers"] = [{**copy.deepcopy(c), "name": f"debugger-{i}"}
+                                           for i, c in enumerate(spec.get("containers") or [])]
     for _ in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
             review["request"][draw(st.sampled_from(FIELDS))] = draw(json_values)

@@ -84,3 +84,29 @@ def test_dry_run_mutation_is_the_same(server: Server) -> None:
     wet, _ = mutate(server, case.pod)
     dry, _ = mutate(server, case.pod, dry_run=True)
     assert decode_patch(dry) == decode_patch(wet) != []
+
+
+def test_a_container_added_to_a_running_pod_is_voided_and_stays_valid(server: Server) -> None:
+    """``kubectl debug`` through the pods/ephemeralcontainers subresource: /mutate sets NVIDIA_VISIBLE_DEVICES=void
+    on the added container (it can ask for no GPU, and its CUDA image would show it every GPU under the NVIDIA
+    runtime); /validate denies one that sets a device value itself."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "vllm-0", "namespace": "serving", "uid": "6f1a2b3c-4d5e-4f60-8a7b-9c0d1e2f3a4b"},
+           "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.8.4",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    debugged = copy.deepcopy(pod)
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                                                "targetContainerName": "vllm", "stdin": True, "tty": True}]
+    review = admission_review(copy.deepcopy(debugged), operation="UPDATE", sub_resource="ephemeralcontainers",
+                              old=copy.deepcopy(pod))
+    response = server.review("/mutate", review)
+    assert response["allowed"] is True
+    patched = apply_patch(debugged, response)
+    assert patched["spec"]["ephemeralContainers"][0]["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    assert_well_formed(patched)
+    grabbing = copy.deepcopy(debugged)
+    grabbing["spec"]["ephemeralContainers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    denied = server.review("/validate", admission_review(grabbing, operation="UPDATE",
+                                                         sub_resource="ephemeralcontainers", old=copy.deepcopy(pod)))
+    assert denied["allowed"] is False
+    assert 'ephemeral container "debugger" sets NVIDIA_VISIBLE_DEVICES=all' in denied["status"]["message"]

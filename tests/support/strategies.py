@@ -9,20 +9,24 @@ from hypothesis import strategies as st
 names = st.sampled_from(["main", "worker", "sidecar", "proxy", "loader", "init", "metrics"])
 
 
-gpu_resources = st.sampled_from(["nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb"])
+gpu_resources = st.sampled_from(["nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb", "gpu.intel.com/i915",
+                                  "aliyun.com/gpu-mem", "example.com/gpu", "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+                                  "deviceclass.resource.kubernetes.io/fpga.example.com"])
 
 
 memory = st.sampled_from(["512Mi", "8Gi", "64Gi", "512Gi"])
 
 
-env_names = st.sampled_from(["WORLD_SIZE", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "RANK", "MASTER_ADDR", "TUNE_X"])
+env_names = st.sampled_from(["WORLD_SIZE", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "RANK", "MASTER_ADDR", "TUNE_X",
+                             "NVIDIA_VISIBLE_DEVICES", "AMD_VISIBLE_DEVICES"])
 
 
 @st.composite
 def env_var(draw: st.DrawFn) -> dict[str, Any]:
     name = draw(env_names)
     if draw(st.booleans()):
-        return {"name": name, "value": draw(st.sampled_from(["0", "1", "2", "4", "eth0", "ib0"]))}
+        return {"name": name, "value": draw(st.sampled_from(["0", "1", "2", "4", "eth0", "ib0", "all", "void", "none",
+                                                             "", "0,void", "VOID", "$(GPUS)", " , "]))}
     return {"name": name, "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}
 
 
@@ -45,6 +49,11 @@ def container(draw: st.DrawFn, name: str, *, init: bool = False) -> dict[str, An
         result["env"] = env
     if draw(st.integers(0, 4)) == 0:
         result["volumeMounts"] = [{"name": "user-shm", "mountPath": "/dev/shm"}]
+    elif draw(st.integers(0, 9)) == 0:
+        result["volumeMounts"] = [{"name": "host-dev", "mountPath": draw(st.sampled_from([
+            "/var/run/nvidia-container-devices/all", "/host/dev"]))}]
+    if draw(st.integers(0, 9)) == 0:
+        result["securityContext"] = {"privileged": True}
     if init and draw(st.booleans()):
         result["restartPolicy"] = "Always"
     return result
@@ -57,9 +66,18 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [draw(container(n)) for n in app_names]}
     if init_names:
         spec["initContainers"] = [draw(container(n, init=True)) for n in init_names]
-    if any(m.get("name") == "user-shm" for c in [*spec["containers"], *spec.get("initContainers", [])]
-           for m in c.get("volumeMounts", [])):
-        spec["volumes"] = [{"name": "user-shm", "emptyDir": {"medium": "Memory"}}]
+    mounted = {m.get("name") for c in [*spec["containers"], *spec.get("initContainers", [])]
+               for m in c.get("volumeMounts", [])}
+    volumes = []
+    if "user-shm" in mounted:
+        volumes.append({"name": "user-shm", "emptyDir": {"medium": "Memory"}})
+    if "host-dev" in mounted:
+        volumes.append({"name": "host-dev", "hostPath": {"path": draw(st.sampled_from(["/dev/null", "/dev", "/dev/nvidia0",
+                                                                                       "/var/log"]))}})
+    if volumes:
+        spec["volumes"] = volumes
+    if draw(st.integers(0, 9)) == 0:
+        spec["runtimeClassName"] = draw(st.sampled_from(["nvidia", "nvidia-cdi", "kata"]))
     if draw(st.booleans()):
         spec["priority"] = 0
         spec["preemptionPolicy"] = "PreemptLowerPriority"
@@ -88,8 +106,10 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     ]), st.sampled_from(["x", "worker", "master", "tune-1", "executor"]), max_size=3))
     annotations = draw(st.dictionaries(st.sampled_from([
         "ai-admission.io/workload-type", "ai-admission.io/gpu-model", "ai-admission.io/gpu-memory",
-        "ai-admission.io/multi-node", "scheduling.k8s.io/group-name",
-    ]), st.sampled_from(["training", "inference", "hpo", "batch", "h100", "l4", "10Gi", "true", "g"]), max_size=3))
+        "ai-admission.io/multi-node", "scheduling.k8s.io/group-name", "nvidia.cdi.k8s.io/container.main",
+        "gpu-fraction", "gpu-memory",
+    ]), st.sampled_from(["training", "inference", "hpo", "batch", "h100", "l4", "10Gi", "true", "g", "0.5", "2000"]),
+        max_size=3))
     metadata: dict[str, Any] = {"generateName": "gen-", "namespace": "ml"}
     if labels:
         metadata["labels"] = labels

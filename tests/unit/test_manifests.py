@@ -186,9 +186,14 @@ def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, 
     objects = render("manifests/overlays/backstop")
     added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
     name = "ai-admission-gpu-model-and-memory"
+    # the audit binding: the shipped rules put the GPU operator's namespaces in audit mode
     assert added == {("ValidatingAdmissionPolicy", name), ("ValidatingAdmissionPolicyBinding", f"{name}-deny"),
                      ("ValidatingAdmissionPolicyBinding", f"{name}-warn-label"),
+                     ("ValidatingAdmissionPolicyBinding", f"{name}-audit"),
                      ("ValidatingAdmissionPolicyBinding", f"{name}-audit-label")}
+    audit = find(objects, "ValidatingAdmissionPolicyBinding", f"{name}-audit")
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "nvidia-gpu-operator"]} \
+        in audit["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
 
 
 def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]],

@@ -182,7 +182,8 @@ def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -
     trainer, logger = mutated["spec"]["containers"]
     assert [m["mountPath"] for m in trainer["volumeMounts"]] == ["/dev/shm"]
     assert {e["name"] for e in trainer["env"]} == {"NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}
-    assert "volumeMounts" not in logger and "env" not in logger
+    # no /dev/shm and no NCCL for it; only the void that keeps the runtime from handing it the image's GPUs
+    assert "volumeMounts" not in logger and logger["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
 
 
 # -- how a container's accelerator amounts are read: the usual way, and every malformed way --------------------------

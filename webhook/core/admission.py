@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import podview
+from .bypasses import bypass_findings
 from .dra import claims as dra
 from .facts import NO_FACTS, ClusterFacts
 from .findings import Finding
@@ -95,15 +96,21 @@ def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, 
 
 
 def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
-              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None) -> Verdict:
+              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None, namespace: str = "") -> Verdict:
     """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit).
 
     ``world``: the job's size when known from a controller's template; ``notes``: what the reader should know about
     how a template was read, passed on as warnings; ``claims``: the DRA claims and templates of the pod's
-    namespace, for a pod that takes GPUs through them.
+    namespace, for a pod that takes GPUs through them; ``namespace``: the request's (else the pod's own), which
+    decides the exemptions of GPU infrastructure from the bypass findings (`webhook.core.bypasses`).
     """
     profile = build_profile(pod, rules, claims, world=world)
-    findings = tuple(evaluate(pod, profile, rules))
+    evaluated = evaluate(pod, profile, rules)
+    if rules.bypasses.enabled:
+        found = bypass_findings(pod, profile, rules, namespace or str(podview.metadata(pod).get("namespace") or ""))
+        if found:
+            evaluated = sorted([*evaluated, *found], key=lambda f: f.severity != "deny")
+    findings = tuple(evaluated)
     denials = [f for f in findings if f.severity == "deny"]
     denial = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)]) if denials else None
     return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
@@ -186,11 +193,11 @@ def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
 
 
 def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: ClusterFacts = NO_FACTS,
-                   claims: dra.ClaimSource | None = None) -> Verdict:
+                   claims: dra.ClaimSource | None = None, namespace: str = "") -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
     profile = build_profile(pod, rules, claims)
     mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes,
-                          differing_priority_classes=facts.differing_priority_classes)
+                          differing_priority_classes=facts.differing_priority_classes, namespace=namespace)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
 
@@ -236,7 +243,7 @@ def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: 
     template refers to (a TrainJob's runtime), where they are known.
     """
     if is_pod(group, kind):
-        verdict = judge_pod(obj, rules=rules, mode=mode, claims=claims,
+        verdict = judge_pod(obj, rules=rules, mode=mode, claims=claims, namespace=namespace,
                             subject=subject or object_subject(obj, kind="pod", namespace=namespace))
         return verdict, []
     if group == dra.GROUP:
@@ -251,16 +258,22 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
 
     Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
-    and UPDATE, and so are DRA claims and claim templates. Subresources (status, scale, ephemeralcontainers,
-    binding, ...) are never judged. ``claims``: the cluster's claims and templates as last seen (a watch).
+    and UPDATE, and so are DRA claims and claim templates. Of the subresources only ``pods/ephemeralcontainers``
+    is (`ephemeral_verdict`); status, scale, binding and the others never are. ``claims``: the cluster's claims
+    and templates as last seen (a watch).
     """
-    if request.object is None or request.sub_resource:
+    if request.object is None:
         return None
     namespace = request.namespace or str(podview.metadata(request.object).get("namespace") or "")
     mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+    if request.sub_resource:
+        if request.resource == "pods" and request.sub_resource == EPHEMERAL and request.operation == "UPDATE":
+            return ephemeral_verdict(request.object, request.old_object, rules=rules, mode=mode, namespace=namespace,
+                                     mutate=endpoint == MUTATE, subject=subject_of(request))
+        return None
     source = claims.source(namespace) if claims is not None else None
     if request.is_pod_create and endpoint == MUTATE:
-        return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts, claims=source)
+        return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts, claims=source, namespace=namespace)
     if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE"):
         return None
     if request.resource == "pods" and not request.is_pod_create:
@@ -270,6 +283,52 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
                    subject=subject_of(request) if request.resource == "pods" else None,
                    old=request.old_object if request.operation == "UPDATE" else None, claims=source)
     return judged[0] if judged else None
+
+
+EPHEMERAL = "ephemeralcontainers"
+
+
+def ephemeral_verdict(pod: Mapping[str, Any], old: Mapping[str, Any] | None, *, rules: Rules, mode: str,
+                      namespace: str, mutate: bool, subject: str) -> Verdict | None:
+    """An ephemeral container added to a running pod (``kubectl debug``, the ``pods/ephemeralcontainers``
+    subresource): it can ask for no resources, so it never asks for a GPU, but it runs under the pod's
+    RuntimeClass with its image's own ``NVIDIA_VISIBLE_DEVICES``. /mutate sets ``void`` on it (where the rules say
+    so, outside GPU infrastructure's namespaces); /validate judges its paths to a GPU (a device variable,
+    privileged, a device-request mount). None when no container was added."""
+    before = {c.get("name") for c in podview.as_list(podview.spec(old or {}).get("ephemeralContainers"))
+              if isinstance(c, dict) and isinstance(c.get("name"), str)}
+    added = [(index, c) for index, c in enumerate(podview.as_list(podview.spec(pod).get("ephemeralContainers")))
+             if isinstance(c, dict) and not (isinstance(c.get("name"), str) and c["name"] in before)]
+    bypasses = rules.bypasses
+    if not added or not bypasses.enabled:
+        return None
+    if mutate:
+        name = bypasses.visible_devices_env[0] if bypasses.visible_devices_env else None
+        if name is None or not bypasses.void_visible_devices or \
+                bypasses.exempt(namespace, podview.spec(pod).get("serviceAccountName")):
+            return None
+        patch: list[dict[str, Any]] = []
+        for index, container in added:
+            if any(n in podview.container_env(container) for n in bypasses.visible_devices_env):
+                continue
+            entry = {"name": name, "value": "void"}
+            if isinstance(container.get("env"), list):
+                patch.append({"op": "add", "path": f"/spec/ephemeralContainers/{index}/env/-", "value": entry})
+            else:
+                patch.append({"op": "add", "path": f"/spec/ephemeralContainers/{index}/env", "value": [entry]})
+        return Verdict(allowed=True, mode=mode, profile=None, patch=tuple(patch)) if patch else None
+    view = {"apiVersion": "v1", "kind": "Pod", "metadata": podview.metadata(pod),
+            "spec": {"ephemeralContainers": [c for _, c in added],
+                     "serviceAccountName": podview.spec(pod).get("serviceAccountName")}}
+    profile = build_profile(view, rules)
+    findings = tuple(bypass_findings(view, profile, rules, namespace))
+    if not findings:
+        return None
+    denials = [f for f in findings if f.severity == "deny"]
+    denial = "\n".join([f"{subject}: an ephemeral container was denied by ai-admission:",
+                         *(f"- {f.message}" for f in denials)]) if denials else None
+    return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
+                       warnings=[f.message for f in findings if f.severity == "warn"])
 
 
 def respond(request: AdmissionRequest, verdict: Verdict | None) -> dict[str, Any]:

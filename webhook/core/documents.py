@@ -152,14 +152,14 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
             report.results.append(Result(document, kind, name, ns, None, verdict, workload="-", reader="claim"))
         elif is_pod(group, kind):
             profile = verdict.profile
-            mutated = mutate_pod(obj, profile, rules).pod if profile else None
+            mutated = mutate_pod(obj, profile, rules, namespace=ns).pod if profile else None
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
                                          profile.workload if profile else "none",
                                          profile.classification.reason if profile else "", reader="pod"))
         for template in templates:
             profile = template.verdict.profile
             assert profile is not None  # judge_pod always profiles the pod
-            mutated = mutate_pod(template.pod, profile, rules).pod
+            mutated = mutate_pod(template.pod, profile, rules, namespace=ns).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
                                          profile.workload, profile.classification.reason, template.reader))
     return report

@@ -89,6 +89,24 @@ CODES: tuple[Code, ...] = (
          "(not among check's input, or not yet seen by the server's watch), so what it asks for was not judged "
          "with the pod", "check the claim with the pod (give both to ai-admission check); it is judged at its own "
          "admission"),
+    Code("gpu-visible-devices-env", "deny or warn", "a container sets NVIDIA_VISIBLE_DEVICES (or AMD_VISIBLE_DEVICES) "
+         "to devices, from valueFrom or through $(...): the container runtime hands it GPUs the scheduler never "
+         "counted", "remove it (or set it to void) and ask for the GPU in resources with its model and memory"),
+    Code("gpu-runtime-class", "deny or warn", "the pod runs under a GPU RuntimeClass (nvidia) but asks for no GPU: that "
+         "runtime honours the image's own NVIDIA_VISIBLE_DEVICES=all", "remove runtimeClassName, or ask for the GPU"),
+    Code("gpu-privileged", "deny or warn", "a privileged container asks for GPUs: it sees every GPU of its node, not "
+         "the ones it was given", "remove privileged: true"),
+    Code("privileged-sees-gpus", "deny or warn", "a privileged container on a GPU node sees every GPU",
+         "remove privileged: true, or run it in a namespace exempted for GPU infrastructure (bypasses.exempt)"),
+    Code("gpu-cdi-annotation", "deny or warn", "a pod annotation (nvidia.cdi.k8s.io/, cdi.k8s.io/) asks the NRI plugin "
+         "or the runtime to inject devices", "remove it and ask for the GPU in resources"),
+    Code("gpu-device-request-mount", "deny or warn", "a volume mounted under /var/run/nvidia-container-devices, which "
+         "the NVIDIA container runtime reads as a device request", "remove the mount and ask for the GPU"),
+    Code("gpu-host-device", "deny or warn", "a hostPath volume of device nodes (/dev, /dev/nvidia*, /dev/dri, /dev/kfd), "
+         "the NVIDIA driver root, CDI specs or the kubelet's device-plugin socket",
+         "remove it and ask for the GPU in resources"),
+    Code("device-class-unknown", "deny or warn", "a container asks for deviceclass.resource.kubernetes.io/<class> of a "
+         "DeviceClass ai-admission does not know", "add the class to dra.deviceClasses (or check with --cluster)"),
     Code("gpu-product-name-form", "warn", "a DRA selector compares the product name with a node-label form "
          "(no spaces), which matches no NVIDIA device", "write the name as nvidia-smi prints it, with spaces"),
 )

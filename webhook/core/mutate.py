@@ -43,10 +43,11 @@ class _Context:
     """
 
     __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes",
-                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node")
+                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node", "namespace")
 
     def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, policy: ClassPolicy, warnings: list[str],
-                 missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str]) -> None:
+                 missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str],
+                 namespace: str = "") -> None:
         self.edit = edit
         self.profile = profile
         self.rules = rules
@@ -59,6 +60,7 @@ class _Context:
         self.spec: dict[str, Any] = podview.spec(edit.doc)
         self.labels: Mapping[str, str] = profile.facts.labels
         self.multi_node: bool = profile.multi_node
+        self.namespace = namespace or str(podview.metadata(edit.doc).get("namespace") or "")
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -491,9 +493,30 @@ def record_profile(ctx: _Context) -> None:
         ctx.edit.set(("metadata", "annotations", names.PROFILE), summary)
 
 
+def void_visible_devices(ctx: _Context) -> None:
+    """``NVIDIA_VISIBLE_DEVICES=void`` on each container of the pod that asks for no GPU (a sidecar, an init
+    container), where the class's rules say so: the NVIDIA container runtime would otherwise honour its image's own
+    ``NVIDIA_VISIBLE_DEVICES=all`` (every CUDA image sets it) or an ``envFrom`` ConfigMap's, which admission cannot
+    see; pod env wins over both. A container that names the variable itself is left alone (validation judges it),
+    and so are GPU infrastructure's namespaces."""
+    bypasses = ctx.rules.bypasses
+    if not bypasses.visible_devices_env or not bypasses.voids(ctx.profile.workload) \
+            or bypasses.exempt(ctx.namespace, ctx.spec.get("serviceAccountName")):
+        return
+    name = bypasses.visible_devices_env[0]
+    asking = set(ctx.profile.accelerator_containers)
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(podview.as_list(ctx.spec.get(kind))):
+            if not isinstance(container, dict) or (kind, index) in asking:
+                continue
+            if any(n in podview.container_env(container) for n in bypasses.visible_devices_env):
+                continue
+            ctx.edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
+
+
 STEPS: tuple[Callable[[_Context], None], ...] = (
-    add_shm, add_nccl_env, set_priority, add_tolerations, pin_model, add_topology, add_gang, add_rdma,
-    add_metadata, add_deadline, record_profile,
+    add_shm, add_nccl_env, void_visible_devices, set_priority, add_tolerations, pin_model, add_topology, add_gang,
+    add_rdma, add_metadata, add_deadline, record_profile,
 )
 
 
@@ -502,7 +525,7 @@ _NOTHING_DIFFERS: Mapping[str, str] = {}
 
 def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
                missing_priority_classes: frozenset[str] = frozenset(),
-               differing_priority_classes: Mapping[str, str] | None = None) -> Mutation:
+               differing_priority_classes: Mapping[str, str] | None = None, namespace: str = "") -> Mutation:
     """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user.
 
     ``missing_priority_classes``: classes known not to exist in the cluster; ``differing_priority_classes``:
@@ -514,7 +537,7 @@ def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
         return Mutation(pod=dict(pod), patch=[])
     ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
                    missing_priority_classes=missing_priority_classes,
-                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS)
+                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS, namespace=namespace)
     for step in STEPS:
         step(ctx)
     return Mutation(pod=ctx.edit.doc, patch=ctx.edit.ops, warnings=ctx.warnings)

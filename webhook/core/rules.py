@@ -21,6 +21,7 @@ import yaml
 
 from webhook.core.dra.rules import DraRules, compile_dra
 
+from .bypass_rules import BypassRules, compile_bypasses
 from .quantity import QuantityError, parse_quantity
 
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
@@ -473,6 +474,7 @@ class Rules:
     ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
     dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
     generic_kinds: tuple[GenericKind, ...] = ()      # custom resources the webhook reads by shape
+    bypasses: BypassRules = field(default_factory=BypassRules)  # ways to a GPU without asking for one
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
@@ -648,6 +650,7 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         warn_missing_host_memory=bool(validation.get("warnMissingHostMemory", True)),
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
         mutation=_compile_mutation_settings(document.get("mutation") or {}),
+        bypasses=compile_bypasses(document.get("bypasses"), document["classes"]),
         generic_kinds=tuple(GenericKind(group=k["group"], kind=k["kind"], resource=k["resource"],
                                         scope=k.get("scope", "Namespaced")) for k in document.get("genericKinds") or ()),
         dra=compile_dra(document.get("dra"), catalog=catalog,

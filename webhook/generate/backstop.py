@@ -32,13 +32,21 @@ from typing import Any, Callable
 
 from webhook.core import kinds as kind_table
 from webhook.core import names
+from webhook.core.bypass_rules import PATHS as BYPASS_PATHS
 from webhook.core.kinds import KINDS
 from webhook.core.names import MODE_LABEL
 from webhook.core.policy import memory_fix, model_fix
 from webhook.core.rules import MODES, Rules
 from webhook.core.templates import BUILT, POD_SPEC, Site
 
-from .match_conditions import accelerator_clause, caseless_regex, cel_list, cel_string, share_annotation_clause
+from .match_conditions import (
+    accelerator_clause,
+    bypass_clauses,
+    caseless_regex,
+    cel_list,
+    cel_string,
+    share_annotation_clause,
+)
 from .webhooks import EXCLUDED_NAMESPACES
 
 NAME = "ai-admission-gpu-model-and-memory"
@@ -456,9 +464,13 @@ class Rule:
         """The views with what the rule reads of their pod spec: every container's resources (init containers
         too), the nodeSelector, the required node-affinity terms, and whether DRA claims may say the rest."""
         claims = "size(s.?resourceClaims.orValue([])) > 0" if self.rules.dra.device_classes else "false"
+        containers = ("dyn(cel.bind(cl, s.?containers.orValue([]) + s.?initContainers.orValue([]) + "
+                      "s.?ephemeralContainers.orValue([]), type(cl) == list ? cl : []))")
         return (f"{views}.map(v0, cel.bind(s, type(v0.s) == map ? v0.s : {{}}, {{'p': v0.p, 'a': v0.a, "
                 f"'r': dyn({_resources('s.?containers.orValue([])')} + {_resources('s.?initContainers.orValue([])')}), "
-                f"'ns': dyn(s.?nodeSelector.orValue({{}})), 't': dyn({_terms('s')}), 'c': dyn({claims})}}))")
+                f"'ns': dyn(s.?nodeSelector.orValue({{}})), 't': dyn({_terms('s')}), 'c': dyn({claims}), "
+                f"'cs': {containers}, 'rc': dyn(s.?runtimeClassName.orValue('')), "
+                f"'vols': dyn(s.?volumes.orValue([])), 'sa': dyn(s.?serviceAccountName.orValue('default'))}}))")
 
     @staticmethod
     def _every_term(v: str, expression_test: str) -> str:
@@ -479,7 +491,64 @@ class Rule:
         return (f"{self.normalized(views)}.map(v, cel.bind(al, v.r.map(r, {self.asked('r')}), "
                 f"cel.bind(asks, al.exists(l, size(l) > 0) || ({shared}), "
                 f"{{'p': dyn(v.p), 'asks': dyn(asks), 'model': dyn({self.names_model('v', mig)}), "
-                f"'memory': dyn({self.states_memory('v', mig)})}})))")
+                f"'memory': dyn({self.states_memory('v', mig)}), 'bypass': dyn({self.bypasses('v')})}})))")
+
+    def denied_paths(self) -> list[str]:
+        """The bypass paths the policy can deny: denied by default and by every class (a class that only warns of
+        one is the webhook's to tell), with the reason code of each."""
+        bypasses = self.rules.bypasses
+        return [code for path, code in BYPASS_PATHS.items()
+                if bypasses.actions.get(path) == "deny"
+                and all(choices.get(path, "deny") == "deny" for choices in bypasses.by_class.values())]
+
+    def bypasses(self, v: str) -> str:
+        """`webhook.core.bypasses.bypass_findings`, for the paths the policy denies: the reason codes of the view's
+        paths to a GPU that are not requests ([] when its namespace or service account is exempt). ``asks`` and
+        ``al`` (each container's accelerators, in the order of ``cs``) are bound by `facts`."""
+        rules = self.rules.bypasses
+        denied = set(self.denied_paths())
+        if not denied:
+            return "[]"
+        tests: list[tuple[str, str]] = []
+        if "gpu-visible-devices-env" in denied and (rules.visible_devices_env or rules.other_env):
+            value = "cel.bind(ev, e.?value.orValue(''), type(ev) == string ? ev : '')"
+            tokens = "ev.split(',').exists(t, t.trim() != '')"
+            none = "ev.split(',').exists(t, t.trim() in ['void', 'none'])"
+            device = (f"(has(e.valueFrom) || cel.bind(ev, {value}, ev.contains('$(') || ({tokens} && "
+                      f"(e.name in {cel_list(rules.other_env)} || !({none})))))")
+            names = cel_list([*rules.visible_devices_env, *rules.other_env])
+            tests.append(("gpu-visible-devices-env",
+                          f"{v}.cs.exists(c, type(c) == map && cel.bind(el, c.?env.orValue([]), type(el) == list && "
+                          f"el.exists(e, type(e) == map && e.?name.orValue('') in {names} && {device})))"))
+        if "gpu-runtime-class" in denied and rules.runtime_classes:
+            tests.append(("gpu-runtime-class", f"({v}.rc in {cel_list(rules.runtime_classes)} && !asks && !{v}.c)"))
+        if "gpu-privileged" in denied:
+            tests.append(("gpu-privileged", f"{v}.cs.exists(i, c, type(c) == map && "
+                                            f"c.?securityContext.?privileged.orValue(false) == true && i < size(al) && "
+                                            f"size(al[i]) > 0)"))
+        if "privileged-sees-gpus" in denied:
+            tests.append(("privileged-sees-gpus", f"{v}.cs.exists(i, c, type(c) == map && "
+                                                  f"c.?securityContext.?privileged.orValue(false) == true && "
+                                                  f"(i >= size(al) || size(al[i]) == 0))"))
+        if "gpu-cdi-annotation" in denied and rules.annotation_prefixes:
+            prefixes = " || ".join(f"k.startsWith({cel_string(p)})" for p in rules.annotation_prefixes)
+            tests.append(("gpu-cdi-annotation", f"{v}.a.exists(m, type(m) == map && m.exists(k, {prefixes}))"))
+        if "gpu-device-request-mount" in denied and rules.device_request_mounts is not None:
+            regex = cel_string(rules.device_request_mounts.pattern)
+            tests.append(("gpu-device-request-mount",
+                          f"{v}.cs.exists(c, type(c) == map && cel.bind(vm, c.?volumeMounts.orValue([]), "
+                          f"type(vm) == list && vm.exists(m, type(m) == map && "
+                          f"cel.bind(mp, m.?mountPath.orValue(''), type(mp) == string && mp.matches({regex})))))"))
+        if "gpu-host-device" in denied and rules.host_device_paths:
+            matched = " || ".join(f"hp.matches({cel_string(p.pattern)})" for p in rules.host_device_paths)
+            tests.append(("gpu-host-device", f"(type({v}.vols) == list && {v}.vols.exists(vol, type(vol) == map && "
+                                             f"cel.bind(hp, vol.?hostPath.?path.orValue(''), "
+                                             f"type(hp) == string && ({matched}))))"))
+        pairs = cel_list(f"{a.namespace}/{a.name}" for a in rules.exempt_service_accounts)
+        exempt = (f"request.namespace in {cel_list(rules.exempt_namespaces)} || "
+                  f"(type({v}.sa) == string && (request.namespace + '/' + {v}.sa) in {pairs})")
+        found = " + ".join(f"({test} ? [{cel_string(code)}] : [])" for code, test in tests) or "[]"
+        return f"(({exempt}) ? [] : {found})"
 
 
 def _anchored(pattern: str) -> str:
@@ -585,7 +654,8 @@ def policy(rules: Rules) -> dict[str, Any]:
             "matchConditions": [{"name": "may-ask-for-accelerators",
                                  "expression": " || ".join(["request.resource.resource != 'pods'",
                                                             accelerator_clause(rules),
-                                                            *share_annotation_clause(rules)])}],
+                                                            *share_annotation_clause(rules),
+                                                            *(bypass_clauses(rules) if rule.denied_paths() else [])])}],
             "variables": [
                 {"name": "resource", "expression": "request.resource.group + '/' + request.resource.resource"},
                 {"name": "subjects",
@@ -598,17 +668,25 @@ def policy(rules: Rules) -> dict[str, Any]:
                 {"name": "facts", "expression": without_bind(rule.facts("variables.judged"))},
                 {"name": "noModel", "expression": "variables.facts.filter(f, f.asks && !f.model).map(f, f.p)"},
                 {"name": "noMemory", "expression": "variables.facts.filter(f, f.asks && !f.memory).map(f, f.p)"},
+                {"name": "bypassed", "expression": "variables.facts.filter(f, size(f.bypass) > 0)"},
             ],
+            # one validation: the API server reports only the first that fails, and each part names its own
             "validations": [{
-                "expression": "size(variables.noModel) == 0 && size(variables.noMemory) == 0", "reason": "Forbidden",
+                "expression": "size(variables.noModel) == 0 && size(variables.noMemory) == 0 && "
+                              "size(variables.bypassed) == 0",
+                "reason": "Forbidden",
                 "message": f"a pod or pod template asks for GPUs but does not say which model ({model}) or how "
-                           f"much GPU memory it needs ({memory})",
-                "messageExpression": (
-                    f"(size(variables.noModel) > 0 ? {subject.format(paths='variables.noModel')} + "
-                    f"' asks for GPUs but does not say which model: ' + {cel_string(model)} : '') + "
-                    f"(size(variables.noModel) > 0 && size(variables.noMemory) > 0 ? '; ' : '') + "
-                    f"(size(variables.noMemory) > 0 ? {subject.format(paths='variables.noMemory')} + "
-                    f"' asks for GPUs but does not say how much GPU memory it needs: ' + {cel_string(memory)} : '')"),
+                           f"much GPU memory it needs ({memory}), or reaches GPUs without asking for them",
+                "messageExpression": "[" + ", ".join([
+                    f"size(variables.noModel) > 0 ? {subject.format(paths='variables.noModel')} + "
+                    f"' asks for GPUs but does not say which model: ' + {cel_string(model)} : ''",
+                    f"size(variables.noMemory) > 0 ? {subject.format(paths='variables.noMemory')} + "
+                    f"' asks for GPUs but does not say how much GPU memory it needs: ' + {cel_string(memory)} : ''",
+                    f"size(variables.bypassed) > 0 ? {subject.format(paths='variables.bypassed.map(f, f.p)')} + "
+                    f"' reaches GPUs without asking for them (' + "
+                    f"variables.bypassed.map(f, f.bypass.join(', ')).join(' | ') + '): remove that and ask for the GPU "
+                    f"in resources with its model and memory' : ''",
+                ]) + "].filter(part, part != '').join('; ')",
             }],
         },
     }

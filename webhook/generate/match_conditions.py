@@ -12,6 +12,8 @@ A pod can be acted on only when one of these holds, so the condition is their di
 - it takes DRA claims (``spec.resourceClaims``), when the rules know GPU device classes: its GPUs are in the
   claims, which the API server's CEL cannot look up;
 - it carries an ``ai-admission.io/`` annotation (the class, the model, the memory: hints, or bad hints);
+- it may take a path to a GPU that is not a request (a device variable, a GPU RuntimeClass, privileged, a CDI
+  annotation, a device-request mount, a hostPath, a DeviceClass's implicit resource): `bypass_clauses`;
 - it could match a signal that does not require an accelerator: the signal's owner kinds, label keys (and
   values), env names, each as CEL; a signal with ``requiresAccelerator`` is covered by the first clause.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from webhook.core.dra.rules import DEVICE_CLASS_RESOURCE_PREFIX as DEVICE_CLASS
 from webhook.core.rules import EnvMatch, LabelMatch, OwnerMatch, Rules, Signal
 
 ANNOTATION_PREFIX = "ai-admission.io/"
@@ -104,6 +107,36 @@ def share_annotation_clause(rules: Rules) -> list[str]:
     if not keys:
         return []
     return [f"has(object.metadata.annotations) && {cel_list(keys)}.exists(k, k in object.metadata.annotations)"]
+
+
+def bypass_clauses(rules: Rules) -> list[str]:
+    """The pod may take a path to a GPU that is not a request (`webhook.core.bypasses`): a device variable in an env,
+    a GPU RuntimeClass, a privileged container, a CDI annotation, a device-request mount, a hostPath (any: a
+    superset of the device paths), a DeviceClass's implicit resource."""
+    bypasses = rules.bypasses
+    if not bypasses.enabled:
+        return []
+    clauses = []
+    names = [*bypasses.visible_devices_env, *bypasses.other_env]
+    if names:
+        clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.env) && c.env.exists(e, e.name in {cel_list(names)}))")
+    if bypasses.runtime_classes:
+        clauses.append(f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
+                       f"{cel_list(bypasses.runtime_classes)}")
+    clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.securityContext) && has(c.securityContext.privileged) && "
+                   f"c.securityContext.privileged)")
+    if bypasses.annotation_prefixes:
+        prefixes = " || ".join(f"k.startsWith({cel_string(p)})" for p in bypasses.annotation_prefixes)
+        clauses.append(f"has(object.metadata.annotations) && object.metadata.annotations.exists(k, {prefixes})")
+    if bypasses.device_request_mounts is not None:
+        clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, "
+                       f"m.mountPath.matches({cel_regex(bypasses.device_request_mounts)})))")
+    if bypasses.host_device_paths:
+        clauses.append("has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath))")
+    clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.resources) && ("
+                   f"(has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith({cel_string(DEVICE_CLASS)}))) || "
+                   f"(has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith({cel_string(DEVICE_CLASS)})))))")
+    return clauses
 
 
 def annotation_clause() -> str:
@@ -198,7 +231,8 @@ def pod_condition(rules: Rules) -> str | None:
     """The CEL expression that is true for every pod ai-admission may act on, one clause a line; None when the
     rules cannot be expressed in CEL (then no condition is set and every pod is sent)."""
     try:
-        clauses = [accelerator_clause(rules), *share_annotation_clause(rules), *claims_clause(rules), annotation_clause(),
+        clauses = [accelerator_clause(rules), *share_annotation_clause(rules), *claims_clause(rules),
+                   *bypass_clauses(rules), annotation_clause(),
                    *signal_clauses(rules.signals)]
     except Untranslatable:
         return None
@@ -211,6 +245,8 @@ def match_conditions(rules: Rules, *, pods_only: bool) -> list[dict[str, str]]:
     condition = pod_condition(rules)
     if condition is None:
         return []
+    if rules.bypasses.enabled:  # a container added to a running pod is judged whatever the pod is
+        condition = f"(has(request.subResource) && request.subResource == 'ephemeralcontainers')\n|| {condition}"
     if not pods_only:
         condition = f"request.resource.resource != 'pods'\n|| {condition}"
     return [{"name": CONDITION_NAME, "expression": condition}]

@@ -76,6 +76,9 @@ def _template_rules(rules: Rules) -> list[dict[str, Any]]:
 
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
             "scope": "Namespaced"}
+# a container added to a running pod (kubectl debug): its paths to a GPU judged, NVIDIA_VISIBLE_DEVICES=void set
+EPHEMERAL_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                  "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}
 # DRA claims and claim templates: v1 only, requests sent as v1beta1/v1beta2 arrive converted (matchPolicy Equivalent)
 CLAIM_RULE = {"apiGroups": [DRA_GROUP], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
               "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}
@@ -108,7 +111,8 @@ def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": NAME},
         "webhooks": [{"name": MUTATING_WEBHOOK, "clientConfig": _client_config("/mutate"),
-                      "rules": [POD_RULE], "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
+                      "rules": [POD_RULE, *([EPHEMERAL_RULE] if rules.bypasses.enabled else [])],
+                      "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
                       "namespaceSelector": {"matchExpressions": [_excluded()]},
                       **_only_when(match_conditions(rules, pods_only=True)), **_common()}],
     }
@@ -116,7 +120,8 @@ def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
     entries = []
     for mode, path, name in VALIDATING_WEBHOOKS:
         entries.append({"name": name, "clientConfig": _client_config(path),
-                        "rules": [POD_RULE, *_template_rules(rules), CLAIM_RULE], "failurePolicy": "Ignore",
+                        "rules": [POD_RULE, *([EPHEMERAL_RULE] if rules.bypasses.enabled else []),
+                                  *_template_rules(rules), CLAIM_RULE], "failurePolicy": "Ignore",
                         "namespaceSelector": _namespace_selector(mode), **_only_when(validating_conditions),
                         **_common()})
     validating = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
