@@ -9,8 +9,9 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, RULES_FILE
 from tests.support.builders import CLI, find, render
 from tests.support.reviews import K8S_VERSION
 from webhook.core.kinds import KINDS
@@ -155,9 +156,17 @@ def test_rbac_is_least_privilege(base: list[dict[str, Any]]) -> None:
     assert roles[("ClusterRole", "ai-admission-watch-resourceclaims")] == [
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates", "resourceclaims", "deviceclasses"],
          "verbs": ["list", "watch"]}]
+    # the queues of every scheduler backend the rules know, list and watch only (read while one is chosen)
+    queue_kinds = [q for b in yaml.safe_load(RULES_FILE.read_text())["scheduler"]["backends"].values()
+                   for q in b.get("queueKinds", [])]
+    granted = {(g, r) for rule in roles[("ClusterRole", "ai-admission-read-queues")] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert {(q["group"], q["resource"]) for q in queue_kinds} == granted and queue_kinds
+    assert all(rule["verbs"] == ["list", "watch"] for rule in roles[("ClusterRole", "ai-admission-read-queues")])
     bound = {(o["roleRef"]["name"], s["name"]) for o in base if o["kind"] == "ClusterRoleBinding"
              for s in o["subjects"]}
-    assert {("ai-admission-watch-resourceclaims", "ai-admission"), ("ai-admission-read-nodes", "ai-admission")} <= bound
+    assert {("ai-admission-watch-resourceclaims", "ai-admission"), ("ai-admission-read-nodes", "ai-admission"),
+            ("ai-admission-read-queues", "ai-admission")} <= bound
     for rules in roles.values():
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]

@@ -106,6 +106,17 @@ def _check(args: argparse.Namespace) -> int:
         from webhook.core.dra.classes import classes_of, with_device_classes
 
         rules = with_device_classes(rules, classes_of(classes, rules, source="the cluster"))
+        if rules.scheduler.active:
+            from webhook.cluster import client as kube
+            from webhook.cluster.queues import list_queues
+            from webhook.core.backends import with_queues
+
+            try:
+                queues = list_queues(kube.client(args.kubeconfig), rules.scheduler.backend.queue_kinds)
+            except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
+                print(f"ai-admission check: cannot read the cluster's queues: {exc}", file=sys.stderr)
+                return 2
+            rules = with_queues(rules, queues, source="the cluster")
     try:
         report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
     except InputError as exc:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from webhook.core.dra.claims import CLAIM, CLAIM_TEMPLATE, ClaimIndex
 
-from .informer import Api, Informer, Observer, api_calls
+from .informer import Api, Informer, InformerGroup, Observer, api_calls
 
 PATHS = {CLAIM_TEMPLATE: "/apis/resource.k8s.io/v1/resourceclaimtemplates",
          CLAIM: "/apis/resource.k8s.io/v1/resourceclaims"}
@@ -111,7 +111,7 @@ class DeviceClassStore:
         return len(self.objects)
 
 
-class ClaimWatch:
+class ClaimWatch(InformerGroup):
     """List + watch of ResourceClaimTemplates and ResourceClaims into ``index``, and of the DeviceClasses into
     ``device_classes``: one informer per kind."""
 
@@ -123,15 +123,3 @@ class ClaimWatch:
         self.device_classes = DeviceClassStore()
         self.informers["DeviceClass"] = Informer("deviceclasses", DEVICE_CLASSES, self.device_classes, api,
                                                  resync=resync, observer=observer)
-
-    def start(self) -> ClaimWatch:
-        for informer in self.informers.values():
-            informer.start()
-        return self
-
-    def stop(self) -> None:
-        for informer in self.informers.values():
-            informer.stop()
-
-    def status(self) -> dict[str, Any]:
-        return {kind: informer.status.as_dict() for kind, informer in self.informers.items()}

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol, Self
 
 from . import client as kube
 
@@ -222,3 +222,22 @@ class Informer:
         status.errors += 1
         if self.observer is not None:
             self.observer.failed(self.name, status)
+
+
+class InformerGroup:
+    """Several informers that feed one index (the DRA claims and classes, the backend's queue kinds): started,
+    stopped and reported together, each under its kind's name in the status."""
+
+    informers: dict[str, Informer]
+
+    def start(self) -> Self:
+        for informer in self.informers.values():
+            informer.start()
+        return self
+
+    def stop(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+
+    def status(self) -> dict[str, Any]:
+        return {kind: informer.status.as_dict() for kind, informer in self.informers.items()}

@@ -60,6 +60,9 @@ VARIABLES: tuple[Variable, ...] = (
              "watch_claims", "switch"),
     Variable("AI_ADMISSION_CLAIMS_RESYNC_SECONDS", "300", "how often the claim watch lists everything again",
              "claims_resync_seconds", "seconds"),
+    Variable("AI_ADMISSION_WATCH_QUEUES", "auto",
+             "keep the scheduler backend's queues from a watch (when the rules choose a backend), for the checks "
+             "that a workload's queue exists and can hold it", "watch_queues", "switch"),
     Variable("AI_ADMISSION_IO_TIMEOUT", "10", "seconds a connection may block a read or write", "io_timeout",
              "seconds"),
     Variable("AI_ADMISSION_REPORTS_CHECK_SECONDS", "10",
@@ -100,6 +103,7 @@ class Settings:
     node_catalog: str = "auto"
     node_resync_seconds: float = 300.0
     watch_claims: str = "auto"
+    watch_queues: str = "auto"
     claims_resync_seconds: float = 300.0
     io_timeout: float = 10.0
     reports_check_seconds: float = 10.0
@@ -138,6 +142,10 @@ class Settings:
     @property
     def claim_watch(self) -> bool:
         return self.switched_on(self.watch_claims)
+
+    @property
+    def queue_watch(self) -> bool:
+        return self.switched_on(self.watch_queues)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:

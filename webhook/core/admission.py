@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import podview
+from .backends import backend_findings, owner_mutation
 from .bypasses import bypass_findings
 from .dra import claims as dra
 from .facts import NO_FACTS, ClusterFacts
@@ -106,6 +107,11 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, 
     """
     profile = build_profile(pod, rules, claims, world=world)
     evaluated = evaluate(pod, profile, rules)
+    if rules.scheduler.active and not podview.owners(pod):  # a plain pod's queue and required topology
+        evaluated = [*evaluated, *backend_findings(
+            pod, group="", kind="Pod", pods=[pod], profiles=[profile], replicas=[1], rules=rules,
+            namespace=namespace or str(podview.metadata(pod).get("namespace") or ""))]
+        evaluated.sort(key=lambda f: f.severity != "deny")
     if rules.bypasses.enabled:
         found = bypass_findings(pod, profile, rules, namespace or str(podview.metadata(pod).get("namespace") or ""))
         if found:
@@ -177,18 +183,33 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
         results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader))
     if not results:
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
+    extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found],
+                             profiles=[r.verdict.profile for r in results if r.verdict.profile is not None]
+                             if len(results) == len(found) else [build_profile(t.pod, rules) for t in found],
+                             replicas=[t.replicas for t in found], rules=rules, namespace=namespace)
+    if extra:  # the object as a whole: a result of its own, path "" (check and audit list it beside the templates)
+        denials = [f for f in extra if f.severity == "deny"]
+        denial = "\n".join([f"{subject} was denied by ai-admission:", *(f"- {f.message}" for f in denials)]) \
+            if denials else None
+        whole = _apply_mode(mode=mode, profile=None, findings=tuple(extra), denial=denial,
+                            warnings=[f.message for f in extra if f.severity == "warn"])
+        results = [*results, TemplateVerdict(path="", pod={}, verdict=whole, reader=WHOLE_READER)]
     return _compose(mode, results), results
 
 
+WHOLE_READER = "the object as a whole"  # the reader of the findings of an object as a whole (its backend's checks)
+
+
 def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
-    """One verdict for an object from its templates' verdicts (each already in ``mode``)."""
+    """One verdict for an object from its templates' verdicts (each already in ``mode``), and the verdict of the
+    object as a whole (path "") where there is one."""
     messages = [r.verdict.message for r in results if r.verdict.message]
     audits = [r.verdict.audit_annotations for r in results if r.verdict.audit_annotations]
     audit = {key: ("," if key == "violations" else "\n").join(a[key] for a in audits) for key in audits[0]} if audits else {}
     return Verdict(allowed=all(r.verdict.allowed for r in results), mode=mode, profile=None,
                    findings=tuple(f for r in results for f in r.verdict.findings),
                    message="\n".join(messages) if messages else None,
-                   warnings=tuple(f"{r.path}: {w}" for r in results for w in r.verdict.warnings),
+                   warnings=tuple(f"{r.path}: {w}" if r.path else w for r in results for w in r.verdict.warnings),
                    audit_annotations=audit)
 
 
@@ -274,6 +295,9 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     source = claims.source(namespace) if claims is not None else None
     if request.is_pod_create and endpoint == MUTATE:
         return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts, claims=source, namespace=namespace)
+    if endpoint == MUTATE and request.operation == "CREATE" and request.resource != "pods":
+        return owner_verdict(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
+                             namespace=namespace)
     if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE"):
         return None
     if request.resource == "pods" and not request.is_pod_create:
@@ -283,6 +307,25 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
                    subject=subject_of(request) if request.resource == "pods" else None,
                    old=request.old_object if request.operation == "UPDATE" else None, claims=source)
     return judged[0] if judged else None
+
+
+def owner_verdict(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: str,
+                  namespace: str = "") -> Verdict | None:
+    """An owner of the kinds table at its CREATE, with the scheduler backend's vocabulary written on it and its
+    templates (`webhook.core.backends.owner_mutation`); None when the backend writes nothing."""
+    if not rules.scheduler.active:
+        return None
+    found = templates_of(obj, rules=rules, group=group, kind=kind)
+    if not found:
+        return None
+    for template in found:
+        if namespace and "namespace" not in template.pod["metadata"]:
+            template.pod["metadata"]["namespace"] = namespace
+    mutation = owner_mutation(obj, group=group, kind=kind, templates=found, rules=rules)
+    if not mutation.patch and not mutation.warnings:
+        return None
+    return Verdict(allowed=True, mode=mode, profile=None, warnings=tuple(fitted(w) for w in mutation.warnings),
+                   patch=tuple(mutation.patch))
 
 
 EPHEMERAL = "ephemeralcontainers"

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from . import podview
 from .admission import Verdict, is_pod, judge, resolve_mode
+from .backends import with_queues
 from .dra import claims as dra
 from .dra.classes import classes_of, with_device_classes
 from .generic import gpu_mentions, readable
@@ -126,6 +127,8 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
     report = Report()
     documents = list(documents)
     rules = with_device_classes(rules, classes_of((d.obj for d in documents), rules, source="the input"))
+    if rules.scheduler.active and rules.queues is None:  # the backend's queues among the files, where the cluster's are not known
+        rules = with_queues(rules, (d.obj for d in documents), source="the input")
     index = Index(documents)
     claims = _claim_index(documents, namespace)
     for document in documents:
@@ -158,6 +161,10 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
                                          profile.classification.reason if profile else "", reader="pod"))
         for template in templates:
             profile = template.verdict.profile
+            if template.path == "":  # the object as a whole: its scheduler backend's checks
+                report.results.append(Result(document, kind, name, ns, None, template.verdict, workload="-",
+                                             reader=template.reader))
+                continue
             assert profile is not None  # judge_pod always profiles the pod
             mutated = mutate_pod(template.pod, profile, rules, namespace=ns).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,

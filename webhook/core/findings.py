@@ -107,6 +107,17 @@ CODES: tuple[Code, ...] = (
          "remove it and ask for the GPU in resources"),
     Code("device-class-unknown", "deny or warn", "a container asks for deviceclass.resource.kubernetes.io/<class> of a "
          "DeviceClass ai-admission does not know", "add the class to dra.deviceClasses (or check with --cluster)"),
+    Code("job-priorities-differ", "deny", "the pod templates of one job name different PriorityClasses: a scheduler "
+         "that preempts by priority can take some pods of the job and leave the rest waiting",
+         "give every template the same priorityClassName, or none (the class's is set)"),
+    Code("queue-not-found", "deny or warn", "the scheduler backend's queue the workload names does not exist in the "
+         "cluster (or is not open; for coscheduling, its PodGroup does not exist): it would never be admitted",
+         "name a queue the message lists, or create it"),
+    Code("gang-exceeds-quota", "deny", "the job asks for more GPUs in all than its queue can ever give (its quota, "
+         "with what it may borrow)", "ask for fewer GPUs, or name a queue with more quota"),
+    Code("gang-exceeds-topology", "deny", "the job requires a topology level (the backend's required-topology "
+         "annotation) that no GPU node carries, or none of whose domains holds all its GPUs: it would never be placed",
+         "require a broader level, or ask for it as preferred"),
     Code("gpu-product-name-form", "warn", "a DRA selector compares the product name with a node-label form "
          "(no spaces), which matches no NVIDIA device", "write the name as nvidia-smi prints it, with spaces"),
 )

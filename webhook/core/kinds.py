@@ -163,7 +163,7 @@ def _train_job(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) -
     why = () if runtime is not None or not runtime_ref.get("name") else (
         f'runtime {runtime_ref.get("kind") or "ClusterTrainingRuntime"} "{runtime_ref["name"]}" is not known here: '
         f"judged from the TrainJob's own fields (the runtime is judged on its own)",)
-    return [Template("spec.trainer", pod, template, world=world, notes=why)]
+    return [Template("spec.trainer", pod, template, world=world, notes=why, form=BUILT, replicas=nodes)]
 
 
 # -- KServe InferenceService (kserve/kserve pkg/apis/serving/v1beta1/predictor.go, component.go): a component's pod

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from . import names, placement, podview
+from . import backends, names, placement, podview
 from .patch import Editor
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
@@ -319,40 +319,8 @@ def pin_model(ctx: _Context) -> None:
 
 
 def _packing_key(ctx: _Context, fixed: str | None) -> str | None:
-    """The topology key to pack a multi-node job's pods by: ``fixed`` (the rules'), else the narrowest level of the
-    nodes' topology whose domains hold every GPU of the job; None, with the pod told why, when there is none."""
-    profile = ctx.profile
-    target = placement.target_of(ctx.rules, profile.model.name if profile.model else None)
-    if target is None:
-        if fixed is not None:
-            return fixed
-        ctx.warnings.append("pods not packed: the cluster's topology is not known here (no node watch); "
-                            "mutate.podAffinity.topologyKey in the rules packs them by a fixed key")
-        return None
-    if fixed is not None:
-        if target.level(fixed) is None:
-            ctx.warnings.append(f"pods not packed: no GPU node carries the label {fixed} "
-                                f"(mutate.podAffinity.topologyKey)")
-            return None
-        return fixed
-    if not target.levels and target.nvlink is None:
-        ctx.warnings.append("pods not packed: the GPU nodes carry none of the topology labels the rules know "
-                            "(topology.keySets)")
-        return None
-    pods = max(profile.world.pods, 2)
-    job = max(profile.gpu_count, 1) * pods
-    level = placement.pack_level(target, job)
-    nvlink = target.nvlink
-    if nvlink is not None and job > nvlink.largest:
-        ctx.warnings.append(f"the job's {job} GPUs ({pods} pods) span more than an NVLink domain holds ({nvlink.largest} "
-                            f"GPUs, {nvlink.key}): its traffic crosses the network between domains")
-    if level is None:
-        broadest = target.levels[0] if target.levels else nvlink
-        assert broadest is not None
-        ctx.warnings.append(f"pods not packed: no single {target.key_set or 'NVLink'} domain holds the job's {job} GPUs "
-                            f"({pods} pods; the largest, by {broadest.key}, holds {broadest.largest})")
-        return None
-    return level.key
+    """The topology key to pack the pod's job by (`webhook.core.placement.packing_key`); its warnings go to the pod."""
+    return placement.packing_key(ctx.rules, ctx.profile, fixed, ctx.warnings)
 
 
 def add_topology(ctx: _Context) -> None:
@@ -493,6 +461,13 @@ def record_profile(ctx: _Context) -> None:
         ctx.edit.set(("metadata", "annotations", names.PROFILE), summary)
 
 
+def add_backend(ctx: _Context) -> None:
+    """The scheduler backend's vocabulary on the pod (`webhook.core.backends.pod_writes`): a plain pod's queue,
+    priority and scheduler; for a pod with an owner, what its template could not carry."""
+    if ctx.rules.scheduler.active:
+        backends.pod_writes(ctx.pod, ctx.profile, ctx.rules, ctx.edit, ctx.warnings, ctx.job_label())
+
+
 def void_visible_devices(ctx: _Context) -> None:
     """``NVIDIA_VISIBLE_DEVICES=void`` on each container of the pod that asks for no GPU (a sidecar, an init
     container), where the class's rules say so: the NVIDIA container runtime would otherwise honour its image's own
@@ -516,7 +491,7 @@ def void_visible_devices(ctx: _Context) -> None:
 
 STEPS: tuple[Callable[[_Context], None], ...] = (
     add_shm, add_nccl_env, void_visible_devices, set_priority, add_tolerations, pin_model, add_topology, add_gang,
-    add_rdma, add_metadata, add_deadline, record_profile,
+    add_rdma, add_backend, add_metadata, add_deadline, record_profile,
 )
 
 

@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import podview
 from .nodes import NodeFacts
 from .rules import FabricSignal, Rules
+
+if TYPE_CHECKING:
+    from .profile import Profile
 
 ALL_MODELS = ""  # the target of a pod whose model is not known: every GPU node
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"  # Multus: the pod's secondary network attachments
@@ -223,3 +226,39 @@ def pod_fabric_signal(spec: Mapping[str, Any], rules: Rules) -> tuple[str, str] 
         if found is not None:
             return signal.fabric, f"the pod asks for {found}"
     return None
+
+
+def packing_key(rules: Rules, profile: Profile, fixed: str | None, warnings: list[str]) -> str | None:
+    """The topology key to pack a multi-node job's pods by: ``fixed`` (the rules'), else the narrowest level of the
+    nodes' topology whose domains hold every GPU of the job; None, with the pod told why, when there is none."""
+    target = target_of(rules, profile.model.name if profile.model else None)
+    if target is None:
+        if fixed is not None:
+            return fixed
+        warnings.append("pods not packed: the cluster's topology is not known here (no node watch); "
+                       "mutate.podAffinity.topologyKey in the rules packs them by a fixed key")
+        return None
+    if fixed is not None:
+        if target.level(fixed) is None:
+            warnings.append(f"pods not packed: no GPU node carries the label {fixed} "
+                                f"(mutate.podAffinity.topologyKey)")
+            return None
+        return fixed
+    if not target.levels and target.nvlink is None:
+        warnings.append("pods not packed: the GPU nodes carry none of the topology labels the rules know "
+                       "(topology.keySets)")
+        return None
+    pods = max(profile.world.pods, 2)
+    job = max(profile.gpu_count, 1) * pods
+    level = pack_level(target, job)
+    nvlink = target.nvlink
+    if nvlink is not None and job > nvlink.largest:
+        warnings.append(f"the job's {job} GPUs ({pods} pods) span more than an NVLink domain holds ({nvlink.largest} "
+                       f"GPUs, {nvlink.key}): its traffic crosses the network between domains")
+    if level is None:
+        broadest = target.levels[0] if target.levels else nvlink
+        assert broadest is not None
+        warnings.append(f"pods not packed: no single {target.key_set or 'NVLink'} domain holds the job's {job} GPUs "
+                       f"({pods} pods; the largest, by {broadest.key}, holds {broadest.largest})")
+        return None
+    return level.key

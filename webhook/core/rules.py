@@ -21,8 +21,10 @@ import yaml
 
 from webhook.core.dra.rules import DraRules, compile_dra
 
+from .backend_rules import SchedulerRules, compile_scheduler
 from .bypass_rules import BypassRules, compile_bypasses
 from .quantity import QuantityError, parse_quantity
+from .queues import QueueIndex
 
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
 MODES = ("deny", "warn", "audit")
@@ -475,6 +477,8 @@ class Rules:
     dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
     generic_kinds: tuple[GenericKind, ...] = ()      # custom resources the webhook reads by shape
     bypasses: BypassRules = field(default_factory=BypassRules)  # ways to a GPU without asking for one
+    scheduler: SchedulerRules = field(default_factory=SchedulerRules)  # the scheduler backend and its vocabulary
+    queues: QueueIndex | None = None  # the backend's queues as the cluster (or check's input) has them; None: unknown
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
     # is this resource name an accelerator (remembered: every container names cpu and memory)
@@ -651,12 +655,35 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         warn_tensor_parallel_over_pcie=bool(validation.get("warnTensorParallelOverPCIe", True)),
         mutation=_compile_mutation_settings(document.get("mutation") or {}),
         bypasses=compile_bypasses(document.get("bypasses"), document["classes"]),
+        scheduler=_compile_scheduler(document.get("scheduler"), classes, source),
         generic_kinds=tuple(GenericKind(group=k["group"], kind=k["kind"], resource=k["resource"],
                                         scope=k.get("scope", "Namespaced")) for k in document.get("genericKinds") or ()),
         dra=compile_dra(document.get("dra"), catalog=catalog,
                         fail=lambda path, problem: _fail(source, ["dra", *path], problem)),
         raw=document,
     )
+
+
+def _compile_scheduler(spec: Mapping[str, Any] | None, classes: Mapping[str, ClassPolicy],
+                       source: str) -> SchedulerRules:
+    name = (spec or {}).get("backend", "default")
+    if name != "default" and name not in ((spec or {}).get("backends") or {}):
+        raise _fail(source, ["scheduler", "backend"], f"{name!r} is not default or one of scheduler.backends")
+    scheduler = compile_scheduler(spec)
+    _check_gang(scheduler, classes, source)
+    return scheduler
+
+
+def _check_gang(scheduler: SchedulerRules, classes: Mapping[str, ClassPolicy], source: str) -> None:
+    """A class's pod-level ``gang`` (for the default scheduler's gang plugins) and a scheduler backend would both
+    name the pods' scheduler and group: one of them must go."""
+    if not scheduler.active:
+        return
+    for name, policy in classes.items():
+        if policy.mutate.gang is not None:
+            raise _fail(source, ["classes", name, "mutate", "gang"],
+                        f"scheduler.backend {scheduler.backend.name} writes the gang on the objects it reads; "
+                        f"remove the pod-level gang (or set scheduler.backend: default)")
 
 
 def _caseless(pattern: str | None) -> re.Pattern[str] | None:

@@ -41,6 +41,8 @@ class Template:
     world: World | None = None          # the pods of the job this template's pods belong to, when several
     notes: tuple[str, ...] = ()         # what the reader of the verdict should know about how it was read
     reader: str = TABLE_READER          # what found it: the kinds table, or the generic reader and the shape
+    form: str = TEMPLATE                # how the pod sits at ``path``: a pod template, a bare pod spec, or built
+    replicas: int = 1                   # the pods this template makes (its replicas; 1 when it says none)
 
     @property
     def generic(self) -> bool:
@@ -276,5 +278,6 @@ def from_sites(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[Templat
         site = item.site
         pod = pod_from(obj, item.template, owner=site.owner, fields=fields, labels=site.labels,
                        annotations=site.annotations, env=site.env)
-        templates.append(Template(item.path, pod, item.template, world=world))
+        templates.append(Template(item.path, pod, item.template, world=world, form=site.form,
+                                  replicas=max(item.pods, 1)))
     return templates

@@ -60,12 +60,13 @@ def _namespace_selector(mode: str | None) -> dict[str, Any]:
     return {"matchExpressions": expressions}
 
 
-def _template_rules(rules: Rules) -> list[dict[str, Any]]:
+def _template_rules(rules: Rules, *, table_only: bool = False) -> list[dict[str, Any]]:
     """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.core.kinds) and
-    every custom resource the rules have it read by shape (``genericKinds``)."""
+    every custom resource the rules have it read by shape (``genericKinds``; not with ``table_only``)."""
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
     listed: list[tuple[str, str, str]] = [(k.group, k.scope, k.resource) for k in KINDS.values()]
-    listed += [(k.group, k.scope, k.resource) for k in rules.generic_kinds]
+    if not table_only:
+        listed += [(k.group, k.scope, k.resource) for k in rules.generic_kinds]
     for group, scope, resource in listed:
         resources = by_group[(group, scope)]
         if resource not in resources:
@@ -107,14 +108,17 @@ def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
     Both send only the pods ``rules`` may concern (`webhook.generate.match_conditions`): a pod of class none gets neither
     a patch nor a finding, so it need not cost a call to either webhook.
     """
+    owners = rules.scheduler.active  # a queueing scheduler reads the owner at its CREATE: /mutate writes it there
+    owner_rules = [{**rule, "operations": ["CREATE"]} for rule in _template_rules(rules, table_only=True)] \
+        if owners else []
     mutating = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": NAME},
         "webhooks": [{"name": MUTATING_WEBHOOK, "clientConfig": _client_config("/mutate"),
-                      "rules": [POD_RULE, *([EPHEMERAL_RULE] if rules.bypasses.enabled else [])],
+                      "rules": [POD_RULE, *([EPHEMERAL_RULE] if rules.bypasses.enabled else []), *owner_rules],
                       "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
                       "namespaceSelector": {"matchExpressions": [_excluded()]},
-                      **_only_when(match_conditions(rules, pods_only=True)), **_common()}],
+                      **_only_when(match_conditions(rules, pods_only=not owners)), **_common()}],
     }
     validating_conditions = match_conditions(rules, pods_only=False)
     entries = []

@@ -79,4 +79,6 @@ def readiness(services: Services, settings: Settings) -> tuple[bool, dict[str, A
         detail["nodeCatalog"] = services.node_watch.summary()
     if services.claim_watch:
         detail["claims"] = services.claim_watch.status()
+    if services.queue_watch:
+        detail["queues"] = services.queue_watch.status()
     return ready, detail

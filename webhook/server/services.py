@@ -22,9 +22,11 @@ from typing import Any
 from webhook.cluster.claims import ClaimWatch
 from webhook.cluster.nodes import NodeWatch
 from webhook.cluster.priority_classes import PriorityClassWatch
+from webhook.cluster.queues import QueueWatch
 from webhook.cluster.reports import ReportWriter
 from webhook.config.rules_file import default_rules_path
 from webhook.config.settings import Settings
+from webhook.core.backends import with_queues
 from webhook.core.catalog import effective
 from webhook.core.dra.claims import ClaimIndex
 from webhook.core.dra.classes import classes_of, with_device_classes
@@ -50,6 +52,7 @@ class Services:
     priority_class_watch: PriorityClassWatch | None = None
     node_watch: NodeWatch | None = None
     claim_watch: ClaimWatch | None = None
+    queue_watch: QueueWatch | None = None
     report_writer: ReportWriter | None = None
     rules: Rules = field(init=False)
 
@@ -63,19 +66,26 @@ class Services:
             self.set_discovered(self.node_watch.catalog)
         if self.claim_watch is not None:
             self.claim_watch.device_classes.on_change = self.set_device_classes
+        self._queues: list[dict[str, Any]] | None = None
+        if self.queue_watch is not None:
+            self.queue_watch.on_change = self.set_queues
 
     def _compose(self) -> Rules:
         """The file's rules with the nodes' facts and the cluster's GPU device classes merged in (under the lock)."""
         rules = effective(self.file_rules, self._discovered)
         if self._device_classes:
             rules = with_device_classes(rules, classes_of(self._device_classes, rules, source="the cluster"))
+        if self._queues is not None:
+            rules = with_queues(rules, self._queues, source="the cluster")
         return rules
 
     @classmethod
     def fixed(cls, rules: Rules, *, priority_class_watch: PriorityClassWatch | None = None,
-              node_watch: NodeWatch | None = None, claim_watch: ClaimWatch | None = None) -> Services:
+              node_watch: NodeWatch | None = None, claim_watch: ClaimWatch | None = None,
+              queue_watch: QueueWatch | None = None) -> Services:
         """Around given rules, with only the watches given (already built by the caller): for tests."""
-        return cls(rules, priority_class_watch=priority_class_watch, node_watch=node_watch, claim_watch=claim_watch)
+        return cls(rules, priority_class_watch=priority_class_watch, node_watch=node_watch, claim_watch=claim_watch,
+                   queue_watch=queue_watch)
 
     # the rules in force
 
@@ -93,6 +103,12 @@ class Services:
             self._discovered = discovered
             self.rules = self._compose()
         _count_catalog(discovered)
+
+    def set_queues(self, objects: list[dict[str, Any]]) -> None:
+        """The scheduler backend's queues changed (the checks of a workload's queue read them)."""
+        with self._lock:
+            self._queues = objects
+            self.rules = self._compose()
 
     def set_device_classes(self, objects: list[dict[str, Any]]) -> None:
         """The cluster's DeviceClasses changed (their GPU classes merged into the rules)."""
@@ -112,7 +128,7 @@ class Services:
 
     def stop(self) -> None:
         for service in (self.rules_watch, self.priority_class_watch, self.node_watch, self.claim_watch,
-                        self.report_writer):
+                        self.queue_watch, self.report_writer):
             if service is not None:
                 service.stop()
 
@@ -168,15 +184,20 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
                                resync=settings.node_resync_seconds, observer=observer)
     if settings.claim_watch:
         claim_watch = ClaimWatch(resync=settings.claims_resync_seconds, observer=observer)
+    queue_watch = None
+    if settings.queue_watch and rules.scheduler.active and rules.scheduler.backend.queue_kinds:
+        queue_watch = QueueWatch(rules.scheduler.backend.queue_kinds, resync=settings.claims_resync_seconds,
+                                 observer=observer)
     services = Services(rules, priority_class_watch=priority_class_watch, node_watch=node_watch,
-                        claim_watch=claim_watch)
+                        claim_watch=claim_watch, queue_watch=queue_watch)
     holder["services"] = services
     services.rules_watch = RulesWatch(path, services.set_rules, interval=settings.rules_check_seconds,
                                       last_good=settings.last_good_rules)
     services.rules_watch.last_error = file_error
     services.report_writer = ReportWriter(lambda: services.rules, interval=settings.reports_check_seconds,
                                           lock_dir=settings.metrics_dir, observer=observer)
-    for service in (services.rules_watch, priority_class_watch, node_watch, claim_watch, services.report_writer):
+    for service in (services.rules_watch, priority_class_watch, node_watch, claim_watch, queue_watch,
+                    services.report_writer):
         if service is not None:
             service.start()
     metrics = instruments()
