@@ -127,6 +127,9 @@ def kueue_cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
 
 
 def _dry_run(plane: ControlPlane, namespace: str, obj: dict[str, Any]) -> tuple[int, dict[str, Any] | None, str]:
+    """Create ``obj`` in ``namespace`` with server-side dry run (kubectl refuses an object whose own namespace differs
+    from ``-n``, so the fixture's is replaced)."""
+    obj = {**obj, "metadata": {**obj["metadata"], "namespace": namespace}}
     done = plane.kubectl("create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-", input=json.dumps(obj))
     return done.returncode, (json.loads(done.stdout) if done.returncode == 0 else None), done.stderr
 
