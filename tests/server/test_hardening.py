@@ -119,11 +119,13 @@ def test_no_plaintext(server: Server) -> None:
 
 def test_refuses_to_start_without_certificates(tmp_path: Path) -> None:
     env = {"PATH": os.environ["PATH"], "PORT": str(free_port()), "AI_ADMISSION_TLS_DIR": str(tmp_path / "none"),
-           "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false"}
+           "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
     done = subprocess.run([str(Path(sys.executable).with_name("gunicorn")), "-c", "python:webhook.server.gunicorn_conf"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode != 0
     assert "cannot start: TLS file" in done.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []  # nothing left behind in $TMPDIR
 
 
 # --- fuzzing ---------------------------------------------------------------------------------------------------

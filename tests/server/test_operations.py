@@ -173,3 +173,17 @@ def test_one_structured_log_line_per_admission_and_never_the_pod(server: Server)
     assert patch_ops > 3
     log = server.log.read_text()
     assert '"containers"' not in log and "nvidia.com/gpu" not in log, "the pod itself is never logged"
+
+
+def test_the_server_removes_its_temporary_directories_when_it_exits(tmp_path: Path) -> None:
+    """The master makes a metrics directory, a drain-flag directory and a last-good-rules directory under $TMPDIR;
+    a stop removes them (before, every start left three behind)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    running = start_server(tmp_path, extra_env={"TMPDIR": str(scratch)})
+    made = sorted(p.name.rsplit("-", 1)[0] for p in scratch.iterdir())
+    assert made == ["ai-admission-drain", "ai-admission-metrics", "ai-admission-rules"]
+    assert running.get("/healthz").status_code == 200
+    stop_server(running)
+    assert running.process.returncode == 0
+    assert list(scratch.iterdir()) == []

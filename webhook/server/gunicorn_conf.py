@@ -20,7 +20,7 @@ import ssl
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from webhook.config.rules_file import keep_as_last_good, load_rules
 from webhook.config.settings import Settings, SettingsError
@@ -35,10 +35,16 @@ except SettingsError as _exc:  # before any worker starts: one line, not a crash
     sys.exit(2)
 
 # Before anything imports prometheus_client: its multiprocess mode is chosen at import (see webhook.server.metrics).
-_metrics_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="ai-admission-metrics-"))
+# The directories made here are removed when the master exits (on_exit); one given in the environment is kept.
+_made: list[str] = []
+if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="ai-admission-metrics-")
+    _made.append(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+_metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"]
 # The workers' /readyz fails while this file exists (see webhook.server.draining); they inherit the variable.
 # Always a fresh one: a flag inherited from another server's environment must not be shared.
 _drain_flag = Path(tempfile.mkdtemp(prefix="ai-admission-drain-"), "draining")
+_made.append(str(_drain_flag.parent))
 os.environ[draining.FLAG_ENV] = str(_drain_flag)
 _tls_dir = settings.tls_directory
 
@@ -128,15 +134,28 @@ def on_starting(server: Any) -> None:
     try:
         rules = load_rules(settings.rules)
     except RulesError as exc:
-        logging.getLogger("gunicorn.error").error("ai-admission: cannot start: %s", exc)
-        sys.exit(2)
+        _cannot_start(str(exc))
     for path in (certfile, keyfile):
         if not os.path.isfile(path):
-            logging.getLogger("gunicorn.error").error("ai-admission: cannot start: TLS file %s not found", path)
-            sys.exit(2)
+            _cannot_start(f"TLS file {path} not found")
     server.log.info("ai-admission: rules %s loaded", rules.source)
-    last_good = os.path.join(tempfile.mkdtemp(prefix="ai-admission-rules-"), "last-good.yaml")
+    _made.append(tempfile.mkdtemp(prefix="ai-admission-rules-"))
+    last_good = os.path.join(_made[-1], "last-good.yaml")
     os.environ["AI_ADMISSION_LAST_GOOD_RULES"] = last_good  # the workers' settings.last_good_rules
     keep_as_last_good(rules, last_good)  # what a worker starts with should the file be broken by then
     server.LISTENERS = listeners.bind_slots(server.cfg, server.log, server.cfg.workers)
     draining.drain_on_term(server, _drain_flag, settings.drain_seconds)
+
+
+def on_exit(server: Any) -> None:
+    """The master is leaving: remove the temporary directories it made (metrics, drain flag, last good rules), so
+    that restarts (a test suite, a developer's `make serve`) do not pile them up in /tmp."""
+    for directory in _made:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _cannot_start(problem: str) -> NoReturn:
+    """One line, then exit 2 before any worker forks (not a crash loop); gunicorn calls no on_exit then."""
+    logging.getLogger("gunicorn.error").error("ai-admission: cannot start: %s", problem)
+    on_exit(None)
+    sys.exit(2)
