@@ -185,3 +185,82 @@ def test_kserves_accelerator_annotation_names_the_model(rules: Rules) -> None:
     assert verdict.profile.model.name == "t4-16g"
     assert verdict.profile.model_source == ("annotation serving.kserve.io/gke-accelerator "
                                             "(nodeSelector cloud.google.com/gke-accelerator)")
+
+
+# -- resources whose name is the device (KubeVirt: passthrough GPUs, vGPU types) -----------------------------------
+
+@pytest.mark.parametrize("resource,model", [
+    ("nvidia.com/GA102GL_A10", "a10-24g"),                    # pci.ids "GA102GL [A10]", upper-cased
+    ("nvidia.com/TU104GL_Tesla_T4", "t4-16g"),                # KubeVirt's docs, before the plugin upper-cased
+    ("nvidia.com/GA100_A100_PCIE_80GB", "a100-80g-pcie"),     # the words of GFD's NVIDIA-A100-80GB-PCIe
+    ("nvidia.com/GA100_A100_PCIE_40GB", "a100-40g-pcie"),
+    ("nvidia.com/GH100_H100_PCIE", "h100-80g-pcie"),
+    ("nvidia.com/GH100_H100_SXM5_80GB", "h100-80g"),
+    ("nvidia.com/AD102GL_L40S", "l40s-48g"),
+])
+def test_a_passthrough_gpu_is_named_by_its_resource(resource: str, model: str, rules: Rules) -> None:
+    verdict = judged(pod({resource: "1"}, annotations={"ai-admission.io/gpu-memory": "10Gi"}), rules)
+    assert verdict.allowed, verdict.message
+    profile = verdict.profile
+    assert profile is not None and profile.model is not None and profile.model.name == model
+    assert profile.model_source == f"resource {resource}" and profile.vendors == ("nvidia",)
+    assert profile.card_memory == profile.model.memory  # a whole card
+
+
+def test_a_passthrough_gpu_still_states_its_memory_need(rules: Rules) -> None:
+    verdict = judged(pod({"nvidia.com/GA102GL_A10": "1"}), rules)
+    assert denials(verdict) == ["gpu-memory-missing"]
+    assert "1 nvidia.com/GA102GL_A10 does not say how much GPU memory it needs" in (verdict.message or "")
+
+
+def test_a_passthrough_gpu_of_a_model_the_catalog_lacks_is_named_but_unknown(rules: Rules) -> None:
+    verdict = judged(pod({"nvidia.com/GP102GL_TESLA_P40": "1"}, annotations={"ai-admission.io/gpu-memory": "10Gi"}),
+                     rules)
+    assert denials(verdict) == ["gpu-model-unknown"]
+    assert 'GPU model "TESLA_P40" (resource nvidia.com/GP102GL_TESLA_P40) is not in the catalog' in (verdict.message or "")
+
+
+def test_a_vgpu_type_states_its_model_and_the_memory_of_the_device(rules: Rules) -> None:
+    verdict = judged(pod({"nvidia.com/GRID_T4-4Q": "1"}), rules)
+    assert verdict.allowed and not verdict.findings
+    profile = verdict.profile
+    assert profile is not None and profile.model is not None and profile.model.name == "t4-16g"
+    assert profile.memory_per_gpu == profile.card_memory == 4 * 10**9
+    assert profile.memory_source == "vGPU type nvidia.com/GRID_T4-4Q, 3.7Gi per GPU"
+    over = judged(pod({"nvidia.com/NVIDIA_A10-4Q": "1"}, annotations={"ai-admission.io/gpu-memory": "8Gi"}), rules)
+    assert denials(over) == ["gpu-memory-exceeds"]
+    assert "but a a10-24g vGPU NVIDIA_A10-4Q holds 3.7Gi" in (over.message or "")
+    # a MIG-backed type of Hopper (H200X-1-18C: a 1-slice profile, 18 GB) of a model the catalog lacks: its memory
+    # is stated and, as for a MIG slice, the model is not needed
+    mig_backed = judged(pod({"nvidia.com/NVIDIA_H200X-1-18C": "2"}), rules)
+    assert mig_backed.allowed and not mig_backed.findings
+    assert mig_backed.profile is not None and mig_backed.profile.memory_per_gpu == 18 * 10**9
+
+
+def test_a_passthrough_gpu_beside_a_vgpu_does_not_state_the_memory_of_both(rules: Rules) -> None:
+    """A VM with a passthrough T4 and a GRID T4-1Q: the vGPU's frame buffer is that device's, not the card's."""
+    verdict = judged(pod({"nvidia.com/TU104GL_Tesla_T4": "1", "nvidia.com/GRID_T4-1Q": "1"}), rules)
+    assert denials(verdict) == ["gpu-memory-missing"]
+    assert verdict.profile is not None and verdict.profile.model is not None
+    assert verdict.profile.model.name == "t4-16g"
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/hostdev",
+                                      "nvidia.com/mlnxnics", "devices.kubevirt.io/kvm", "nvidia.com/GRID",
+                                      # a card's other functions and NVSwitches, passed through beside the GPUs
+                                      "nvidia.com/GA102_HIGH_DEFINITION_AUDIO_CONTROLLER",
+                                      "nvidia.com/TU102_USB_3_1_HOST_CONTROLLER", "nvidia.com/GH100_NVSWITCH"])
+def test_other_resources_are_not_device_named(resource: str, rules: Rules) -> None:
+    assert rules.device_resource(resource) is None
+    verdict = judged(pod({resource: "1", "nvidia.com/GA102GL_A10": "1"}, annotations={"ai-admission.io/gpu-memory": "8Gi"}),
+                     rules)
+    assert verdict.allowed and verdict.profile is not None
+    assert verdict.profile.gpus == {"nvidia.com/GA102GL_A10": 1, **({resource: 1} if rules.is_accelerator(resource) else {})}
+
+
+def test_a_device_pattern_must_say_where_the_model_is(rules: Rules) -> None:
+    from webhook.core.rules import RulesError, compile_rules
+    document = copy.deepcopy(dict(rules.raw))
+    document["accelerators"]["deviceResources"] = [{"pattern": "^example\\.com/dev-[0-9]+$", "vendor": "nvidia"}]
+    with pytest.raises(RulesError, match=r"accelerators\.deviceResources\[0\]\.pattern: needs a group \(\?P<model>"):
+        compile_rules(document)

@@ -14,6 +14,7 @@ from webhook.config.rules_file import load_rules
 from webhook.core.kinds import KINDS
 from webhook.core.rules import compile_rules
 from webhook.generate import backstop
+from webhook.generate.match_conditions import cel_string
 
 RULES = load_rules(RULES_FILE)
 
@@ -108,6 +109,15 @@ def test_the_rules_shape_the_cel() -> None:
     # the unknown accelerators from the rules' pattern, and none without it
     assert "(?i)" + RULES.raw["accelerators"]["unknownPattern"] in default
     del document["accelerators"]["unknownPattern"]
+    plain = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
+                 if v["name"] == "facts")
+    assert "(?i)" + RULES.raw["accelerators"]["unknownPattern"] not in plain
+    # the device-named resources (passthrough GPUs, vGPU types), matched without case, and none without them
+    devices = [d["pattern"] for d in RULES.raw["accelerators"]["deviceResources"]]
+    assert all(cel_string("(?i)" + d) in default for d in devices)
+    excluded = [d["exclude"] for d in RULES.raw["accelerators"]["deviceResources"] if "exclude" in d]
+    assert excluded and all(f"!n.matches({cel_string('(?i)' + e)})" in default for e in excluded)
+    del document["accelerators"]["deviceResources"]
     plain = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
                  if v["name"] == "facts")
     assert "(?i)" not in plain

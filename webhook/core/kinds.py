@@ -559,6 +559,53 @@ def _experiment(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) 
     return found
 
 
+# -- KubeVirt (kubevirt/kubevirt staging/src/kubevirt.io/api/core/v1/schema.go; pkg/virt-controller/services/
+#    template.go): a VirtualMachineInstance runs in one virt-launcher pod, whose compute container asks for each
+#    device of spec.domain.devices.gpus and .hostDevices by its deviceName (one each; the resource NVIDIA's KubeVirt
+#    device plugin names after the card or vGPU type: rules accelerators.deviceResources); the pod gets the VMI's
+#    nodeSelector, affinity, tolerations, priority class and scheduler, and its labels and annotations (all but
+#    kubectl's). A VirtualMachine makes a VMI of the same name from spec.template. -------------------------------------
+
+_VMI_POD_FIELDS = ("nodeSelector", "affinity", "tolerations", "priorityClassName", "schedulerName",
+                   "topologySpreadConstraints")
+_VMI_DEVICE_LISTS = ("gpus", "hostDevices")
+
+
+def _launcher(spec: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The virt-launcher pod of a VMI ``spec`` with ``meta`` (labels, annotations); None without devices."""
+    devices = podview.as_dict(dig(spec, "domain.devices"))
+    counts: dict[str, int] = {}
+    for field in _VMI_DEVICE_LISTS:
+        for device in podview.as_list(devices.get(field)):
+            name = podview.as_dict(device).get("deviceName")
+            if isinstance(name, str) and name:
+                counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    limits = {name: str(count) for name, count in counts.items()}
+    requests: dict[str, Any] = dict(limits)
+    memory = dig(spec, "domain.resources.requests.memory") or dig(spec, "domain.memory.guest")
+    if isinstance(memory, (str, int)) and not isinstance(memory, bool):
+        requests["memory"] = memory  # the guest's memory; the pod adds KubeVirt's overhead
+    pod_spec = {k: spec[k] for k in _VMI_POD_FIELDS if k in spec}
+    pod_spec["containers"] = [{"name": "compute", "resources": {"limits": limits, "requests": requests}}]
+    return {"metadata": {"labels": podview.string_map(meta.get("labels")),
+                         "annotations": podview.string_map(meta.get("annotations"))}, "spec": pod_spec}
+
+
+def _vmi_launcher(element: Element) -> dict[str, Any] | None:
+    """A VirtualMachineInstance (the site is its ``spec``)."""
+    return _launcher(element.value, podview.metadata(element.obj))
+
+
+def _vm_launcher(element: Element) -> dict[str, Any] | None:
+    """A VirtualMachine (the site is its ``spec.template``: the VMI's metadata and spec)."""
+    return _launcher(podview.as_dict(element.value.get("spec")), podview.as_dict(element.value.get("metadata")))
+
+
+_LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher", "kubevirt.io/domain": "{name}", "vm.kubevirt.io/name": "{name}"}
+
+
 def _expanded(group: str, kind: str, resource: str, expand: Any, sites: tuple[Site, ...] = ()) -> Kind:
     """A kind whose templates ``expand`` finds; ``sites``, where it has fixed ones, say where they are (read by
     `webhook.generate.backstop`, which cannot run code)."""
@@ -608,6 +655,12 @@ _TABLE: tuple[Kind, ...] = (
     _argo("WorkflowTemplate", "workflowtemplates", "spec"),
     _argo("ClusterWorkflowTemplate", "clusterworkflowtemplates", "spec", scope="Cluster"),
     _argo("CronWorkflow", "cronworkflows", "spec.workflowSpec"),
+    Kind("kubevirt.io", "VirtualMachineInstance", "virtualmachineinstances",
+         (Site("spec", Owner("kubevirt.io/v1", "VirtualMachineInstance"), form=BUILT, build=_vmi_launcher,
+               labels=_LAUNCHER_LABELS),)),
+    Kind("kubevirt.io", "VirtualMachine", "virtualmachines",
+         (Site("spec.template", Owner("kubevirt.io/v1", "VirtualMachineInstance"), form=BUILT, build=_vm_launcher,
+               labels=_LAUNCHER_LABELS),)),
 )
 
 # (API group, kind) -> Kind. The API group is what the webhook's rules match on.

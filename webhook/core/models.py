@@ -13,6 +13,7 @@ share) can run on any of them, so it is judged against the smallest: what fits t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Mapping
@@ -275,6 +276,64 @@ def annotated_models(facts: PodFacts, rules: Rules) -> ModelChoice | None:
 
 def _comparable(name: str) -> str:
     return name.strip().upper().replace(" ", "-").replace("_", "-")
+
+
+# -- device-named resources (passthrough GPUs, vGPU types) ---------------------------------------------------------
+
+_VENDOR_WORDS = frozenset({"NVIDIA", "TESLA"})  # words that name no model (pci.ids keeps "Tesla", GFD drops it)
+
+
+def _words(name: str) -> frozenset[str]:
+    return frozenset(w for w in re.split(r"[-_ .]+", name.strip().upper()) if w and w not in _VENDOR_WORDS)
+
+
+def device_models(text: str, rules: Rules) -> tuple[GpuModel, ...]:
+    """The catalog models a device's name names: a catalog name or label as such (``TESLA_T4``), else the models one
+    of whose names is made of the most words of it (pci.ids' ``A100_PCIE_80GB`` is the model labelled
+    ``NVIDIA-A100-80GB-PCIe``; ``H100_SXM5_80GB`` the one called ``H100``); several equally good: all of them."""
+    model = rules.find_model(text)
+    if model is not None:
+        return (model,)
+    words = _words(text)
+    best = 0
+    found: list[GpuModel] = []
+    for candidate in rules.catalog.values():
+        size = max((len(w) for n in candidate.names() if (w := _words(n)) and w <= words), default=0)
+        if size > best:
+            best, found = size, [candidate]
+        elif size and size == best:
+            found.append(candidate)
+    return _by_memory(found)
+
+
+def device_choice(gpus: Mapping[str, int], rules: Rules) -> tuple[ModelChoice | None, MemoryStatement | None]:
+    """What the device-named resources among ``gpus`` pin (rules ``accelerators.deviceResources``): the model, and,
+    when every accelerator is a vGPU type whose name gives its frame buffer, the memory of each device. (None, None)
+    when the pod asks for none of them. A vGPU type of a model the catalog lacks still states its memory: its model
+    is not needed, as a MIG slice's is not; a passthrough GPU of such a model is named but unknown."""
+    named = [(name, found) for name in sorted(gpus) if (found := rules.device_resource(name)) is not None]
+    if not named:
+        return None, None
+    models: list[GpuModel] = []
+    unknown: list[str] = []
+    sizes: list[Decimal] = []
+    for _, (device, match) in named:
+        text = match.group("model")
+        named_models = device_models(text, rules)
+        models += [m for m in named_models if m not in models]
+        if not named_models and not device.sized:
+            unknown.append(text)
+        if device.sized and match.group("mem"):
+            sizes.append(Decimal(match.group("mem")) * GB)
+    written = ", ".join(name for name, _ in named)
+    sized = len(sizes) == len(gpus)
+    kinds = sorted({device.device for _, (device, _) in named})
+    choice = ModelChoice(written=written, source=f"resource {written}", models=_by_memory(models),
+                         unknown=tuple(unknown), device_memory=min(sizes) if sized else None,
+                         device=f"{'/'.join(kinds)} {'/'.join(n.partition('/')[2] for n, _ in named)}" if sized else "")
+    memory = MemoryStatement(per_gpu=min(sizes), percent=None, source=f"{'/'.join(kinds)} type {written}") \
+        if sized else None
+    return choice, memory
 
 
 # -- memory --------------------------------------------------------------------------------------------------------

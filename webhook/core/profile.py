@@ -19,7 +19,7 @@ from .dra import claims as dra
 from .dra.rules import GpuDeviceClass
 from .findings import Finding, deny
 from .hints import Hints, read_hints
-from .models import MemoryStatement, ModelChoice, annotated_models, pinned_models, stated_memory
+from .models import MemoryStatement, ModelChoice, annotated_models, device_choice, pinned_models, stated_memory
 from .parallelism import SINGLE, World, tensor_parallel, world_of
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
@@ -426,12 +426,17 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource 
     if claimed is not None:  # DRA: a claim's selector pins the model where the pod's own nodeSelector does not
         pinned = claimed.pinned(pinned, rules)
         problems.extend(claimed.problems)
+    device, device_memory = device_choice(gpus, rules) if gpus and rules.device_resources else (None, None)
+    if pinned is None:  # a passthrough GPU or a vGPU type: only nodes with that device offer the resource
+        pinned = device
     choice, model_name, model_source = _choose_model(hints, facts, rules, pinned) if gpus else (None, None, None)
     model = choice.smallest if choice else None
     job = world if world is not None else (world_of(facts, rules) if gpus else SINGLE)
     stated = stated_memory(facts, rules) if gpus else None
     if stated is None and served:
         stated = _class_memory(served)
+    if stated is None:
+        stated = device_memory
     per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory, stated,
                                                 model, job)
     if per_gpu is None and claimed is not None:  # DRA: the claims' annotations, else their selectors

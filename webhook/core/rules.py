@@ -71,6 +71,22 @@ class ShareAnnotations:
 
 
 @dataclass(frozen=True)
+class DeviceResource:
+    """Resources whose name is the device (NVIDIA's KubeVirt device plugin: nvidia.com/GA102GL_A10 for a passthrough
+    A10, nvidia.com/GRID_T4-16Q for a vGPU type): only nodes with that device offer them, so the name pins the model
+    (group ``model``) and, where the pattern has a group ``mem``, the memory of each device in GB."""
+
+    pattern: re.Pattern[str]  # matched without case
+    vendor: str
+    device: str = "device"    # what one is, for messages ("passthrough GPU", "vGPU")
+    exclude: re.Pattern[str] | None = None  # names the pattern matches that are not GPUs (a card's audio function)
+
+    @property
+    def sized(self) -> bool:
+        return "mem" in self.pattern.groupindex
+
+
+@dataclass(frozen=True)
 class GenericKind:
     """A custom resource with no kinds-table entry that the webhook is registered for and reads by shape."""
 
@@ -454,6 +470,7 @@ class Rules:
     mutation: MutationSettings = field(default_factory=MutationSettings)
     vendors: Mapping[str, str] = field(default_factory=dict)  # accelerator resource -> vendor
     mig_vendor: str = "nvidia"
+    device_resources: tuple[DeviceResource, ...] = ()  # resources whose name is the device (passthrough, vGPU)
     memory_resources: Mapping[str, Decimal] = field(default_factory=dict)  # resource -> bytes per unit, per GPU
     memory_percent_resources: frozenset[str] = frozenset()
     model_annotations: tuple[str, ...] = ()
@@ -515,12 +532,24 @@ class Rules:
         vendor = self.vendors.get(resource)
         if vendor is None and self.mig_pattern is not None and self.mig_pattern.match(resource):
             return self.mig_vendor
+        if vendor is None and self.device_resources:
+            found = self.device_resource(resource)
+            return found[0].vendor if found is not None else None
         return vendor
+
+    def device_resource(self, resource: str) -> tuple[DeviceResource, re.Match[str]] | None:
+        """The device-named resource ``resource`` is (its rule and the match), or None."""
+        for device in self.device_resources:
+            match = device.pattern.match(resource)
+            if match is not None and not (device.exclude is not None and device.exclude.search(resource)):
+                return device, match
+        return None
 
     def _names_accelerator(self, resource: Any) -> bool:
         return isinstance(resource, str) and (
             resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
-            or resource in self.dra.extended_resources or self.is_unknown_accelerator(resource))
+            or resource in self.dra.extended_resources or self.is_unknown_accelerator(resource)
+            or (bool(self.device_resources) and self.device_resource(resource) is not None))
 
     def is_device(self, resource: str) -> bool:
         """An accelerator counted in devices (a node's allocatable ``nvidia.com/gpu: 8``); a share resource counts
@@ -538,6 +567,8 @@ class Rules:
         if resource in self.memory_resources or resource in self.memory_percent_resources:
             return False
         if self.mig_pattern is not None and self.mig_pattern.match(resource):
+            return False
+        if self.device_resources and self.device_resource(resource) is not None:
             return False
         name = resource.rpartition("/")[2]
         return bool(pattern.search(resource)) and not (self.not_devices_pattern and self.not_devices_pattern.search(name))
@@ -619,6 +650,8 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         mig_pattern=re.compile(mig) if mig else None,
         mig_vendor=accelerators.get("migVendor", "nvidia"),
         mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
+        device_resources=tuple(_compile_device_resource(spec, source, i)
+                               for i, spec in enumerate(accelerators.get("deviceResources") or ())),
         memory_resources={name: _quantity(unit, source, ["accelerators", "memoryResources", name])
                           for name, unit in (accelerators.get("memoryResources") or {}).items()},
         memory_percent_resources=frozenset(accelerators.get("memoryPercentResources") or ()),
@@ -684,6 +717,15 @@ def _check_gang(scheduler: SchedulerRules, classes: Mapping[str, ClassPolicy], s
             raise _fail(source, ["classes", name, "mutate", "gang"],
                         f"scheduler.backend {scheduler.backend.name} writes the gang on the objects it reads; "
                         f"remove the pod-level gang (or set scheduler.backend: default)")
+
+
+def _compile_device_resource(spec: Mapping[str, Any], source: str, index: int) -> DeviceResource:
+    pattern = re.compile(spec["pattern"], re.IGNORECASE)
+    if "model" not in pattern.groupindex:
+        raise _fail(source, ["accelerators", "deviceResources", index, "pattern"],
+                    "needs a group (?P<model>...): the part of the name that names the GPU model")
+    return DeviceResource(pattern=pattern, vendor=spec["vendor"], device=spec.get("device", "device"),
+                          exclude=_caseless(spec.get("exclude")))
 
 
 def _caseless(pattern: str | None) -> re.Pattern[str] | None:

@@ -28,6 +28,7 @@ The API server must be 1.33 or later (two-variable comprehensions; quantities an
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from webhook.core import kinds as kind_table
@@ -286,10 +287,33 @@ def _argo_pod(cel: Cel, e: str, o: str, path: str) -> str:
     return f"cel.bind(wf, {workflow}, cel.bind(mc, {mains}, size(mc) > 0 ? [{view}] : []))"
 
 
+def _launcher(cel: Cel, spec: str, annotations: str, path: str) -> str:
+    """KubeVirt `_launcher`: one container per device of ``domain.devices.gpus`` and ``.hostDevices``, asking for
+    its deviceName (the rule reads whether a container asks, not how many)."""
+    devices = f"{spec}.?domain.?devices"
+    listed = " + ".join(f"cel.bind(dl, {devices}.?{field}.orValue([]), type(dl) == list ? dl : [])"
+                        for field in kind_table._VMI_DEVICE_LISTS)
+    names = (f"({listed}).filter(d, type(d) == map && type(d.?deviceName.orValue(0)) == string && "
+             f"d.deviceName != '').map(d, d.deviceName)")
+    containers = "dn.map(n, {'resources': {'limits': {n: '1'}}})"
+    view = cel.view(path, [annotations], _spec("cn", "[]", f"{spec}.?nodeSelector.orValue({{}})",
+                                                 f"{spec}.?affinity.orValue({{}})"))
+    return f"cel.bind(dn, {names}, cel.bind(cn, {containers}, size(cn) > 0 ? [{view}] : []))"
+
+
+def _vmi_launcher(cel: Cel, e: str, o: str, path: str) -> str:
+    return _launcher(cel, e, f"{o}.?metadata.?annotations.orValue({{}})", path)
+
+
+def _vm_launcher(cel: Cel, e: str, o: str, path: str) -> str:
+    return _launcher(cel, f"{e}.?spec.orValue({{}})", f"{e}.?metadata.?annotations.orValue({{}})", path)
+
+
 BUILDERS: dict[Any, Callable[[Cel, str, str, str], str]] = {
     kind_table._component: _component, kind_table._isvc_worker: _isvc_worker,
     kind_table._dynamo_service: _dynamo_service, kind_table._vllm_runtime: _vllm_runtime,
     kind_table._spark_pod: _spark_pod, kind_table._argo_pod: _argo_pod,
+    kind_table._vmi_launcher: _vmi_launcher, kind_table._vm_launcher: _vm_launcher,
 }
 
 
@@ -349,8 +373,18 @@ class Rule:
         self.mig_regex = _anchored(mig.pattern) if mig is not None else None
         # a MIG resource implies its memory only when the pattern names it (group ``mem``)
         self.mig_sized = mig is not None and "mem" in mig.groupindex
+        # resources whose name is the device (passthrough GPUs, vGPU types): (CEL regex, whether it gives the memory)
+        self.devices = [(caseless_regex(re.compile(_anchored(d.pattern.pattern))), d.sized,
+                         caseless_regex(d.exclude) if d.exclude is not None else None)
+                        for d in rules.device_resources]
         self.model_keys = sorted({*rules.model_keys, *rules.instance_type_keys,
                                   *([rules.gpu_name_labels.name_key] if rules.gpu_name_labels else [])})
+
+    @staticmethod
+    def _device(name: str, device: tuple[str, bool, str | None]) -> str:
+        """``name`` is a resource of one of the rules' ``deviceResources`` (`Rules.device_resource`)."""
+        regex, _, exclude = device
+        return f"({name}.matches({regex}) && !{name}.matches({exclude}))" if exclude else f"{name}.matches({regex})"
 
     def accelerator(self, name: str) -> str:
         """`Rules.is_accelerator`: a listed resource, a DRA device class's, the MIG pattern, or one that looks like
@@ -360,6 +394,7 @@ class Rule:
         tests = [f"{name} in {cel_list(listed)}"] if listed else []
         if self.mig_regex is not None:
             tests.append(f"{name}.matches({cel_string(self.mig_regex)})")
+        tests += [self._device(name, device) for device in self.devices]
         if rules.unknown_accelerator_pattern is not None:
             exempt = sorted({*rules.not_accelerators, *rules.memory_resources, *rules.memory_percent_resources})
             test = f"{name}.matches({caseless_regex(rules.unknown_accelerator_pattern)})"
@@ -367,6 +402,7 @@ class Rule:
                 test += f" && !({name} in {cel_list(exempt)})"
             if self.mig_regex is not None:
                 test += f" && !{name}.matches({cel_string(self.mig_regex)})"
+            test += "".join(f" && !{self._device(name, device)}" for device in self.devices)
             if rules.not_devices_pattern is not None:
                 test += (f" && !{name}.substring({name}.lastIndexOf('/') + 1)"
                          f".matches({caseless_regex(rules.not_devices_pattern)})")
@@ -404,9 +440,10 @@ class Rule:
                 f"li.filter(n, {self.accelerator('n')} && {limit}) + "
                 f"rq.filter(n, !(n in li) && {self.accelerator('n')} && {request}))))")
 
-    def names_model(self, v: str, mig: str) -> str:
+    def names_model(self, v: str, mig: str, device: str = "false") -> str:
         """Not `gpu-model-missing` (webhook.core.profile `_choose_model`, webhook.core.models `pinned_models`,
-        `annotated_models`; policy `_model_findings`)."""
+        `annotated_models`, `device_choice`; policy `_model_findings`). ``device``: the view asks for a resource
+        whose name is the device."""
         keys = cel_list(self.model_keys)
         selector = (f"(type({v}.ns) == map && {keys}.exists(k, k in {v}.ns && type({v}.ns[k]) == string && "
                     f"{v}.ns[k] != ''))")
@@ -420,6 +457,8 @@ class Rule:
                   sorted(self.rules.node_selector_annotations.items()) if key in self.rules.model_keys]
         if not self.rules.mig_needs_model:
             tests.append(mig)
+        if device != "false":
+            tests.append(device)
         tests.append(f"{v}.c")
         return "(" + "\n    || ".join(tests) + ")"
 
@@ -483,15 +522,23 @@ class Rule:
         """Per view: its path, whether it asks for an accelerator, names the model, states the memory.
 
         ``al`` holds each container's accelerators; a pod is a MIG pod when every accelerator it asks for is a
-        MIG slice whose size the name gives (`webhook.core.profile._mig_memory`).
+        MIG slice whose size the name gives (`webhook.core.profile._mig_memory`); its memory is stated, too, when
+        every accelerator is a MIG slice or a vGPU type whose name gives its frame buffer
+        (`webhook.core.models.device_choice`), and its model is named when one is a device-named resource.
         """
         mig = (f"(al.exists(l, size(l) > 0) && al.all(l, l.all(n, n.matches({cel_string(self.mig_regex)}))))"
                if self.mig_sized and self.mig_regex else "false")
+        sized_tests = ([f"n.matches({cel_string(self.mig_regex)})"] if self.mig_sized and self.mig_regex else []) + \
+            [self._device("n", device) for device in self.devices if device[1]]
+        sized = mig if not any(device[1] for device in self.devices) else \
+            f"(al.exists(l, size(l) > 0) && al.all(l, l.all(n, {' || '.join(sized_tests)})))"
+        device = (f"al.exists(l, l.exists(n, {' || '.join(self._device('n', d) for d in self.devices)}))"
+                  if self.devices else "false")
         shared = self.shares("v")[0]
         return (f"{self.normalized(views)}.map(v, cel.bind(al, v.r.map(r, {self.asked('r')}), "
                 f"cel.bind(asks, al.exists(l, size(l) > 0) || ({shared}), "
-                f"{{'p': dyn(v.p), 'asks': dyn(asks), 'model': dyn({self.names_model('v', mig)}), "
-                f"'memory': dyn({self.states_memory('v', mig)}), 'bypass': dyn({self.bypasses('v')})}})))")
+                f"{{'p': dyn(v.p), 'asks': dyn(asks), 'model': dyn({self.names_model('v', mig, device)}), "
+                f"'memory': dyn({self.states_memory('v', sized)}), 'bypass': dyn({self.bypasses('v')})}})))")
 
     def denied_paths(self) -> list[str]:
         """The bypass paths the policy can deny: denied by default and by every class (a class that only warns of

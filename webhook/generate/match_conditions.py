@@ -7,8 +7,9 @@ that is true for every pod ai-admission could act on, and false only for pods it
 
 A pod can be acted on only when one of these holds, so the condition is their disjunction:
 
-- it asks for an accelerator: a resource of ``accelerators.resources`` or matching ``accelerators.migPattern``
-  in the requests or limits of any container, init containers included (a malformed amount is a finding too);
+- it asks for an accelerator: a resource of ``accelerators.resources``, matching ``accelerators.migPattern`` or a
+  pattern of ``accelerators.deviceResources`` (passthrough GPUs, vGPU types), in the requests or limits of any
+  container, init containers included (a malformed amount is a finding too);
 - it takes DRA claims (``spec.resourceClaims``), when the rules know GPU device classes: its GPUs are in the
   claims, which the API server's CEL cannot look up;
 - it carries an ``ai-admission.io/`` annotation (the class, the model, the memory: hints, or bad hints);
@@ -85,6 +86,7 @@ def accelerator_clause(rules: Rules) -> str:
     names = [f"r in {cel_list(resources)}"] if resources else []
     if rules.mig_pattern is not None:
         names.append(f"r.matches({cel_regex(rules.mig_pattern)})")
+    names += [f"r.matches({caseless_regex(d.pattern)})" for d in rules.device_resources]  # passthrough, vGPU types
     if rules.unknown_accelerator_pattern is not None:  # a superset: the sharing parameters it matches are let through
         names.append(f"r.matches({caseless_regex(rules.unknown_accelerator_pattern)})")
     if not names:
