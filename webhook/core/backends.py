@@ -29,7 +29,7 @@ from .placement import packing_key, target_of
 from .profile import Profile, build_profile
 from .queues import read_queues
 from .rules import Rules
-from .templates import BUILT, POD_SPEC, Template
+from .templates import BUILT, POD_SPEC, Template, dig
 
 RUNTIME_PATCH_MANAGER = "ai-admission.io/webhook"  # this webhook's entry of a TrainJob's runtimePatches
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -138,10 +138,6 @@ def _apply(editor: Editor, base: Path, write: Write, value: Any, required: bool,
         editor.set(path, value)
         return True
     return False
-
-
-def _profiles(templates: list[Template], rules: Rules) -> list[Profile]:
-    return [build_profile(t.pod, rules, world=t.world) for t in templates]
 
 
 def _trial_owned(obj: Mapping[str, Any]) -> bool:
@@ -279,10 +275,8 @@ def _written(obj: Mapping[str, Any], write: Write) -> str | None:
     if write.annotation:
         return podview.annotation_map(obj).get(write.annotation)
     assert write.field_path is not None
-    node: Any = obj
-    for part in parse_path(write.field_path):
-        node = podview.as_dict(node).get(str(part))
-    return node if isinstance(node, str) else None
+    value = dig(obj, write.field_path)
+    return value if isinstance(value, str) else None
 
 
 def _queue_of(obj: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], backend: Backend, group: str,

@@ -211,10 +211,9 @@ def _first_attachment(networks: str) -> str | None:
 def pod_resources(spec: Mapping[str, Any]) -> set[str]:
     """The extended resources any container of the pod asks for."""
     found: set[str] = set()
-    for kind in ("containers", "initContainers"):
-        for container in podview.as_list(spec.get(kind)):
-            requests, limits = podview.resources(podview.as_dict(container))
-            found.update(name for name in (*requests, *limits) if isinstance(name, str) and "/" in name)
+    for container in podview.all_containers({"spec": spec}):
+        requests, limits = podview.resources(container)
+        found.update(name for name in (*requests, *limits) if isinstance(name, str) and "/" in name)
     return found
 
 
