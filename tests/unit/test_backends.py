@@ -545,6 +545,18 @@ def test_a_plain_pods_queue_is_checked_too() -> None:
     assert codes(verdict) == ["queue-not-found"]
 
 
+def test_a_pod_templates_queue_is_checked_once_for_the_object() -> None:
+    """A PodTemplate's pod has no owner, as a plain pod has none: its queue is the object's, said once."""
+    rules = with_queues(backend_rules("kueue"), kueue_queues(), source="the cluster")
+    pod = owners.plain_pod()
+    pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "inference"
+    template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "smoke", "namespace": "ml-team"},
+                "template": {"metadata": pod["metadata"], "spec": pod["spec"]}}
+    verdict = judged(template, rules)
+    assert codes(verdict) == ["queue-not-found"]
+    assert (verdict.message or "").count('LocalQueue "inference" does not exist') == 1
+
+
 def test_queues_read_from_no_objects_check_nothing() -> None:
     """No queue object among what is known (the backend's CRDs not served, or the watch not listed yet): no check
     can say a queue is missing."""

@@ -97,17 +97,19 @@ def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, 
 
 
 def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
-              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None, namespace: str = "") -> Verdict:
+              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None, namespace: str = "",
+              template: bool = False) -> Verdict:
     """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit).
 
     ``world``: the job's size when known from a controller's template; ``notes``: what the reader should know about
     how a template was read, passed on as warnings; ``claims``: the DRA claims and templates of the pod's
     namespace, for a pod that takes GPUs through them; ``namespace``: the request's (else the pod's own), which
-    decides the exemptions of GPU infrastructure from the bypass findings (`webhook.core.bypasses`).
+    decides the exemptions of GPU infrastructure from the bypass findings (`webhook.core.bypasses`);
+    ``template``: the pod a controller's template makes, whose object `judge_object` holds to the backend as a whole.
     """
     profile = build_profile(pod, rules, claims, world=world)
     evaluated = evaluate(pod, profile, rules)
-    if rules.scheduler.active and not podview.owners(pod):  # a plain pod's queue and required topology
+    if rules.scheduler.active and not template and not podview.owners(pod):  # a plain pod's queue and topology
         evaluated = [*evaluated, *backend_findings(
             pod, group="", kind="Pod", pods=[pod], profiles=[profile], replicas=[1], rules=rules,
             namespace=namespace or str(podview.metadata(pod).get("namespace") or ""))]
@@ -172,20 +174,22 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
         before = {}
     subject = object_subject(obj, kind=kind, namespace=namespace)
     results = []
+    profiles: list[Profile] = []  # of every template, judged or not (the backend holds the whole job)
     for template in found:
         if old is not None and before.get(template.path) == template.template:
+            profiles.append(build_profile(template.pod, rules, claims, world=template.world))
             continue
         pod = template.pod
         if namespace and "namespace" not in pod["metadata"]:
             pod["metadata"]["namespace"] = namespace
         verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
-                            notes=template.notes, claims=claims)
+                            notes=template.notes, claims=claims, template=True)
         results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader))
+        assert verdict.profile is not None  # judge_pod always builds one
+        profiles.append(verdict.profile)
     if not results:
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
-    extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found],
-                             profiles=[r.verdict.profile for r in results if r.verdict.profile is not None]
-                             if len(results) == len(found) else [build_profile(t.pod, rules) for t in found],
+    extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found], profiles=profiles,
                              replicas=[t.replicas for t in found], rules=rules, namespace=namespace)
     if extra:  # the object as a whole: a result of its own, path "" (check and audit list it beside the templates)
         denials = [f for f in extra if f.severity == "deny"]
