@@ -75,11 +75,11 @@ def eks(rules: Rules) -> Rules:
 # -- topology: the narrowest domain that holds the whole job --------------------------------------------------------
 
 def test_the_nodes_topology_is_learnt_per_model(gke: Rules) -> None:
-    h100 = target_of(gke, "h100-80g")
+    h100 = target_of(gke, gke.catalog["h100-80g"])
     assert h100 is not None and h100.key_set == "gke" and (h100.nodes, h100.gpus) == (8, 64)
     assert [(level.key.rsplit("-", 1)[-1], level.domains, level.largest) for level in h100.levels] == [
         ("block", 2, 32), ("subblock", 4, 16), ("host", 8, 8)]
-    l4 = target_of(gke, "l4-24g")
+    l4 = target_of(gke, gke.catalog["l4-24g"])
     assert l4 is not None and l4.levels == () and l4.distinct["topology.kubernetes.io/zone"] == 2
     every = target_of(gke, None)
     assert every is not None and every.nodes == 12 and every is gke.nodes.placement[ALL_MODELS]  # type: ignore[union-attr]
@@ -311,7 +311,7 @@ def test_the_node_watch_follows_taints_and_topology(rules: Rules, tmp_path: Any)
             deadline = time.monotonic() + 15
             while not seen and time.monotonic() < deadline:
                 time.sleep(0.05)
-            first = target_of(effective(rules, seen[-1]), "h100-80g")
+            first = target_of(effective(rules, seen[-1]), rules.catalog["h100-80g"])
             assert first is not None and first.taints == (("nvidia.com/gpu", "present", "NoSchedule"),)
             heartbeat = gke_a3("a3-0", "block-1", "subblock-0")
             heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-01T20:00:00Z"
@@ -322,7 +322,7 @@ def test_the_node_watch_follows_taints_and_topology(rules: Rules, tmp_path: Any)
             while len(seen) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert len(seen) == 2  # the heartbeat changed nothing the rules read: no new catalog for it
-            second = target_of(effective(rules, seen[-1]), "h100-80g")
+            second = target_of(effective(rules, seen[-1]), rules.catalog["h100-80g"])
             assert second is not None and second.levels[0].domains == 2  # a3-1 moved to block-2
             assert second.taints == first.taints  # the other three still carry it
         finally:

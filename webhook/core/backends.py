@@ -369,7 +369,7 @@ def _topology_findings(obj: Mapping[str, Any], pods: list[Mapping[str, Any]], pr
     asking = next((p for p in profiles if p.gpu_count and p.model is not None), None)
     if required is None or asking is None or not gpus:
         return []
-    target = target_of(rules, asking.model.name if asking.model else None)
+    target = target_of(rules, asking.model)
     if target is None:
         return []
     annotation, key = required

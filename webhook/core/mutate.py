@@ -164,7 +164,7 @@ def pod_fabric(profile: Profile, rules: Rules) -> tuple[str, str]:
         value = selector.get(key)
         if value is not None and (values is None or value in values):
             return fabric, f"nodeSelector {key}={value} (fabrics.byNodeLabel)"
-    target = placement.target_of(rules, profile.model.name if profile.model else None)
+    target = placement.target_of(rules, profile.model)
     if target is not None and target.fabric is not None:
         return target.fabric, target.fabric_evidence
     model = profile.model
@@ -220,7 +220,7 @@ def _warn_missing_devices(ctx: _Context, fabric: str) -> None:
     """A multi-node pod on nodes that offer RDMA or EFA devices but asking for none talks TCP between nodes."""
     if ctx.plan.rdma is not None:
         return
-    target = placement.target_of(ctx.rules, ctx.profile.model.name if ctx.profile.model else None)
+    target = placement.target_of(ctx.rules, ctx.profile.model)
     if target is None:
         return
     offered = sorted(r for r in target.resources if any(s.names_resource(r) for s in ctx.rules.fabrics.from_pod))
@@ -279,7 +279,7 @@ def _gpu_tolerations(ctx: _Context) -> list[Mapping[str, Any]]:
     carry; else the taints named after the accelerator resources it asks for (what Kubernetes'
     ExtendedResourceToleration plugin adds; a DRA claim's GPUs: its device class's taint)."""
     profile = ctx.profile
-    target = placement.target_of(ctx.rules, profile.model.name if profile.model else None)
+    target = placement.target_of(ctx.rules, profile.model)
     if target is None:
         claimed = profile.claimed
         keys = claimed.toleration_keys(profile.gpus) if claimed is not None else sorted(profile.gpus)
@@ -351,7 +351,7 @@ def add_topology(ctx: _Context) -> None:
             return
         present = {c["topologyKey"] for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
                    if isinstance(c, dict) and isinstance(c.get("topologyKey"), str)}
-        target = placement.target_of(ctx.rules, ctx.profile.model.name if ctx.profile.model else None)
+        target = placement.target_of(ctx.rules, ctx.profile.model)
         unspread = []
         for topology_key in spread.topology_keys:
             if topology_key in present:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import podview
 from .nodes import NodeFacts
-from .rules import FabricSignal, Rules
+from .rules import FabricSignal, GpuModel, Rules
 
 if TYPE_CHECKING:
     from .profile import Profile
@@ -158,13 +158,13 @@ def placement(nodes: Iterable[NodeFacts], model_of: Callable[[NodeFacts], str | 
     return found
 
 
-def target_of(rules: Rules, model: str | None) -> TargetNodes | None:
+def target_of(rules: Rules, model: GpuModel | None) -> TargetNodes | None:
     """The target nodes of a pod whose model is ``model`` (all GPU nodes when its model has none, or is not
     known); None when the cluster's nodes are not known (offline, no node watch)."""
     if rules.nodes is None:
         return None
     found: Mapping[str, Any] = rules.nodes.placement
-    target = found.get(model) if model else None
+    target = found.get(model.name) if model is not None else None
     return target if target is not None else found.get(ALL_MODELS)
 
 
@@ -230,7 +230,7 @@ def pod_fabric_signal(spec: Mapping[str, Any], rules: Rules) -> tuple[str, str] 
 def packing_key(rules: Rules, profile: Profile, fixed: str | None, warnings: list[str]) -> str | None:
     """The topology key to pack a multi-node job's pods by: ``fixed`` (the rules'), else the narrowest level of the
     nodes' topology whose domains hold every GPU of the job; None, with the pod told why, when there is none."""
-    target = target_of(rules, profile.model.name if profile.model else None)
+    target = target_of(rules, profile.model)
     if target is None:
         if fixed is not None:
             return fixed
