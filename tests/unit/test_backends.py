@@ -562,6 +562,9 @@ def test_queues_read_from_no_objects_check_nothing() -> None:
     can say a queue is missing."""
     rules = with_queues(backend_rules("kueue"), [], source="the cluster")
     assert rules.queues is None
+    workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",  # of the group, not a queue kind
+                "metadata": {"name": "job-resnet-train-1a2b3", "namespace": "ml-team"}, "spec": {}}
+    assert with_queues(backend_rules("kueue"), [workload], source="check's files").queues is None
     job = course_job()
     job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "anything"}
     assert judged(job, rules).allowed

@@ -391,5 +391,6 @@ def with_queues(rules: Rules, objects: Iterable[Mapping[str, Any]], *, source: s
     """``rules`` with the backend's queues among ``objects`` (unchanged when the backend reads none, or none are)."""
     if not rules.scheduler.active:
         return rules
-    index = read_queues(rules.scheduler.backend.name, objects, rules.is_accelerator, source=source)
+    backend = rules.scheduler.backend
+    index = read_queues(backend.name, backend.queue_kinds, objects, rules.is_accelerator, source=source)
     return rules if index is None else replace(rules, queues=index)

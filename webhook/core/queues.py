@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from . import podview
+from .backend_rules import QueueKind
 from .quantity import QuantityError, parse_quantity
 
 
@@ -130,15 +131,12 @@ def _pod_groups(objects: list[Mapping[str, Any]]) -> QueueIndex:
     return QueueIndex(kind="PodGroup", namespaced=True, queues=queues)
 
 
-READERS = {"kueue": "kueue.x-k8s.io", "kai": "scheduling.run.ai", "volcano": "scheduling.volcano.sh",
-           "coscheduling": "scheduling.x-k8s.io"}
-
-
-def read_queues(backend: str, objects: Iterable[Mapping[str, Any]], is_gpu: Callable[[str], bool], *,
-                source: str) -> QueueIndex | None:
-    """The queues of ``backend`` among ``objects`` (of its API group), or None when none are among them."""
-    group = READERS.get(backend)
-    mine = [o for o in objects if group and str(o.get("apiVersion", "")).startswith(group + "/")]
+def read_queues(backend: str, kinds: Iterable[QueueKind], objects: Iterable[Mapping[str, Any]],
+                is_gpu: Callable[[str], bool], *, source: str) -> QueueIndex | None:
+    """The queues of ``backend`` among ``objects`` (those of its queue ``kinds``, the rules'
+    ``scheduler.backends.<backend>.queueKinds``), or None when none are among them."""
+    wanted = {(k.group, k.kind) for k in kinds}
+    mine = [o for o in objects if (str(o.get("apiVersion", "")).rpartition("/")[0], o.get("kind")) in wanted]
     if not mine:
         return None
     if backend == "kueue":
