@@ -11,7 +11,6 @@ claims a pod refers to come from a `ClaimSource` (the server's watch, or the fil
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Mapping, Optional
@@ -25,7 +24,7 @@ from webhook.core.rules import GpuModel, Rules
 
 from .. import names, podview
 from .cel import ATTRIBUTE, CAPACITY, Term, read_selector
-from .rules import GpuDeviceClass
+from .rules import GpuDeviceClass, mig_profile_memory
 
 GROUP = "resource.k8s.io"
 CLAIM_TEMPLATE = "ResourceClaimTemplate"
@@ -36,8 +35,6 @@ CLAIM_KINDS = (CLAIM_TEMPLATE, CLAIM)
 GENERATED = ("resource.kubernetes.io/pod-claim-name", "resource.kubernetes.io/extended-resource-claim")
 EXAMPLE_MEMORY = "40Gi"  # the memory the messages suggest, as the pod messages do
 
-_MIG_PROFILE = re.compile(r"^[0-9]+g\.(?P<mem>[0-9]+)gb$")
-_GB = Decimal(10**9)
 
 ContainerKey = tuple[str, int]  # as in webhook.core.profile: ("initContainers" | "containers", index)
 # (kind, name) -> the object of that kind and name in the pod's namespace, or None when it is not known
@@ -155,10 +152,9 @@ def _memory(terms: list[Term], device_class: GpuDeviceClass) -> tuple[Decimal | 
         return best
     if device_class.profile_attribute:
         for term in terms:
-            match = _MIG_PROFILE.match(term.value) if term.kind == ATTRIBUTE else None
-            if match and term.name == device_class.profile_attribute:
-                return (Decimal(match.group("mem")) * _GB,
-                        f'selector {device_class.attribute(term.name)} == "{term.value}"')
+            profile_memory = mig_profile_memory(term.value) if term.kind == ATTRIBUTE else None
+            if profile_memory is not None and term.name == device_class.profile_attribute:
+                return profile_memory, f'selector {device_class.attribute(term.name)} == "{term.value}"'
     if device_class.memory is not None:
         return device_class.memory, f'device class "{device_class.name}"'
     return None, None

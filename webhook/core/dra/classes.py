@@ -28,13 +28,11 @@ from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.rules import Rules
 
 from .cel import ATTRIBUTE, CAPACITY, read_selector
-from .rules import DEVICE_CLASS_RESOURCE_PREFIX, DraRules, GpuDeviceClass
+from .rules import DEVICE_CLASS_RESOURCE_PREFIX, DraRules, GpuDeviceClass, mig_profile_memory
 
 GROUP = "resource.k8s.io"
 KIND = "DeviceClass"
 _DRIVER = re.compile(r"""device\s*\.\s*driver\s*==\s*(["'])([^"']+)\1|(["'])([^"']+)\3\s*==\s*device\s*\.\s*driver""")
-_MIG_PROFILE = re.compile(r"^[0-9]+g\.(?P<mem>[0-9]+)gb$")
-_GB = Decimal(10**9)
 _PRODUCT_ATTRIBUTES = ("productName", "model", "product")
 
 
@@ -91,8 +89,9 @@ def read_device_class(obj: Mapping[str, Any], rules: Rules, *, source: str) -> G
         model = found.name if found else None
     memory = base.memory if base else None
     for term in terms:
-        if term.kind == ATTRIBUTE and term.name == profile_attribute and (match := _MIG_PROFILE.match(term.value)):
-            memory = Decimal(match.group("mem")) * _GB
+        if term.kind == ATTRIBUTE and term.name == profile_attribute and \
+                (profile_memory := mig_profile_memory(term.value)) is not None:
+            memory = profile_memory
         elif term.kind == CAPACITY and term.name == memory_capacity and term.op in (">=", ">", "=="):
             try:
                 amount = parse_quantity(term.value)

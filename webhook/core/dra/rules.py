@@ -9,6 +9,7 @@ rules, checked by their own schema (``schema.json``) and compiled here once, lik
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
@@ -122,3 +123,12 @@ def compile_dra(document: Any, *, catalog: Collection[str], fail: Fail) -> DraRu
         allow_allocation_mode_all=bool(document.get("allowAllocationModeAll", False)),
         extended_resources=frozenset(DEVICE_CLASS_RESOURCE_PREFIX + c.name for c in classes.values() if not c.mig),
     )
+
+
+_MIG_PROFILE = re.compile(r"^[0-9]+g\.(?P<mem>[0-9]+)gb$")
+
+
+def mig_profile_memory(profile: str) -> Decimal | None:
+    """The memory of a MIG device its profile names (``1g.10gb``: 10 GB), or None for any other value."""
+    match = _MIG_PROFILE.match(profile)
+    return Decimal(match.group("mem")) * 10**9 if match else None
