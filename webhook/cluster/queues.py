@@ -57,10 +57,15 @@ class QueueWatch(InformerGroup):
         self.informers = {kind.kind: Informer(kind.resource, path_of(kind), self.stores[kind.kind], api,
                                               resync=resync, observer=observer) for kind in kinds}
 
+    @property
+    def listed(self) -> bool:
+        """Every kind has been listed: what `objects` gives can be trusted to be whole."""
+        return len(self._listed) == len(self.stores)
+
     def objects(self) -> list[dict[str, Any]]:
         return [obj for store in self.stores.values() for obj in store.objects.values()]
 
     def _changed(self, kind: str) -> None:
         self._listed.add(kind)  # a store changes first when its list is in
-        if self.on_change is not None and len(self._listed) == len(self.stores):
+        if self.on_change is not None and self.listed:
             self.on_change(self.objects())

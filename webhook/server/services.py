@@ -57,18 +57,34 @@ class Services:
     rules: Rules = field(init=False)
 
     def __post_init__(self) -> None:
+        # Every field first, callbacks last: wiring a watch may call back at once (the node watch's catalog is
+        # merged as it is wired), and a callback reads every field of the object (`_compose`). A field set after
+        # the first callback made every worker die at start whenever the node watch ran.
         self._lock = threading.Lock()
         self._discovered: DiscoveredCatalog = UNDISCOVERED
         self._device_classes: list[dict[str, Any]] = []
-        self.rules = self.file_rules
-        if self.node_watch is not None:
-            self.node_watch.on_change = self.set_discovered
-            self.set_discovered(self.node_watch.catalog)
-        if self.claim_watch is not None:
-            self.claim_watch.device_classes.on_change = self.set_device_classes
         self._queues: list[dict[str, Any]] | None = None
-        if self.queue_watch is not None:
-            self.queue_watch.on_change = self.set_queues
+        self.rules = self.file_rules
+        self.attach(node_watch=self.node_watch, claim_watch=self.claim_watch, queue_watch=self.queue_watch)
+
+    def attach(self, *, node_watch: NodeWatch | None = None, claim_watch: ClaimWatch | None = None,
+               queue_watch: QueueWatch | None = None) -> None:
+        """Wire the watches that feed the rules in force: each one's callback set, and what each already knows
+        merged in at once (a watch may have been started before it was attached)."""
+        if node_watch is not None:
+            self.node_watch = node_watch
+            node_watch.on_change = self.set_discovered
+            self.set_discovered(node_watch.catalog)
+        if claim_watch is not None:
+            self.claim_watch = claim_watch
+            claim_watch.device_classes.on_change = self.set_device_classes
+            if claim_watch.device_classes.objects:
+                self.set_device_classes(list(claim_watch.device_classes.objects.values()))
+        if queue_watch is not None:
+            self.queue_watch = queue_watch
+            queue_watch.on_change = self.set_queues
+            if queue_watch.listed:
+                self.set_queues(queue_watch.objects())
 
     def _compose(self) -> Rules:
         """The file's rules with the nodes' facts and the cluster's GPU device classes merged in (under the lock)."""
@@ -169,34 +185,28 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
     path = default_rules_path(settings.rules)
     rules, file_error = load_at_start(path, settings.last_good_rules)
     observer = WatchMetrics()
-    holder: dict[str, Any] = {}
-
-    def current() -> Rules:
-        return holder["services"].rules if "services" in holder else rules
-
-    priority_class_watch = node_watch = claim_watch = None
+    # The services object exists before any watch that reads it: the watches read the rules in force through it,
+    # and are attached (their callbacks wired) before any is started.
+    services = Services(rules)
     if settings.priority_class_watch:
-        priority_class_watch = PriorityClassWatch(lambda: priority_classes(current()),
-                                                  resync=settings.cluster_check_seconds, observer=observer,
-                                                  on_change=_count_priority_classes)
+        services.priority_class_watch = PriorityClassWatch(lambda: priority_classes(services.rules),
+                                                           resync=settings.cluster_check_seconds, observer=observer,
+                                                           on_change=_count_priority_classes)
+    node_watch = claim_watch = queue_watch = None
     if settings.node_watch:
-        node_watch = NodeWatch(lambda: holder["services"].file_rules if "services" in holder else rules,
-                               resync=settings.node_resync_seconds, observer=observer)
+        node_watch = NodeWatch(lambda: services.file_rules, resync=settings.node_resync_seconds, observer=observer)
     if settings.claim_watch:
         claim_watch = ClaimWatch(resync=settings.claims_resync_seconds, observer=observer)
-    queue_watch = None
     if settings.queue_watch and rules.scheduler.active and rules.scheduler.backend.queue_kinds:
         queue_watch = QueueWatch(rules.scheduler.backend.queue_kinds, resync=settings.claims_resync_seconds,
                                  observer=observer)
-    services = Services(rules, priority_class_watch=priority_class_watch, node_watch=node_watch,
-                        claim_watch=claim_watch, queue_watch=queue_watch)
-    holder["services"] = services
+    services.attach(node_watch=node_watch, claim_watch=claim_watch, queue_watch=queue_watch)
     services.rules_watch = RulesWatch(path, services.set_rules, interval=settings.rules_check_seconds,
                                       last_good=settings.last_good_rules)
     services.rules_watch.last_error = file_error
     services.report_writer = ReportWriter(lambda: services.rules, interval=settings.reports_check_seconds,
                                           lock_dir=settings.metrics_dir, observer=observer)
-    for service in (services.rules_watch, priority_class_watch, node_watch, claim_watch, queue_watch,
+    for service in (services.rules_watch, services.priority_class_watch, node_watch, claim_watch, queue_watch,
                     services.report_writer):
         if service is not None:
             service.start()

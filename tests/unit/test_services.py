@@ -1,0 +1,110 @@
+"""A worker's `Services` is whole before it calls anything: wiring a watch calls back at once (the node watch's
+catalog is merged as it is wired), so every field a callback reads exists first, whatever the watches already
+know and in whichever order they are given. The shipped Deployment runs the node watch; a field set after the
+first callback made every worker die at start."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from tests.support.nodes import gfd_node
+from webhook.cluster.claims import ClaimWatch
+from webhook.cluster.informer import Api
+from webhook.cluster.nodes import NodeWatch
+from webhook.cluster.queues import QueueWatch
+from webhook.core.rules import Rules
+from webhook.server.services import Services
+
+from .test_backends import backend_rules, kueue_queues
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+DEVICE_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.example.com"},
+                "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}],
+                         "extendedResourceName": "example.com/gpu"}}
+
+
+def knows_the_nodes(rules: Rules) -> bool:
+    """The rules in force carry what the node watch saw (the H100 node below)."""
+    return rules.nodes is not None and rules.nodes.present == {"h100-80g": "1 node x 8 GPUs"}
+
+
+def no_api() -> Api:
+    raise AssertionError("a watch that is never started calls no API")
+
+
+def node_watch(rules: Rules, *nodes: dict[str, Any]) -> NodeWatch:
+    """A node watch that already knows ``nodes`` (as after its first list), not started."""
+    watch = NodeWatch(lambda: rules, api=no_api)
+    if nodes:
+        watch.store.replace(list(nodes))
+    return watch
+
+
+def queue_watch(rules: Rules, objects: list[dict[str, Any]] | None) -> QueueWatch:
+    watch = QueueWatch(rules.scheduler.backend.queue_kinds, api=no_api)
+    if objects is not None:
+        for kind, store in watch.stores.items():
+            store.replace([o for o in objects if o["kind"] == kind])
+    return watch
+
+
+def claim_watch(*classes: dict[str, Any]) -> ClaimWatch:
+    watch = ClaimWatch(api=no_api)
+    if classes:
+        watch.device_classes.replace(list(classes))
+    return watch
+
+
+@pytest.fixture(scope="module")
+def kueue() -> Rules:
+    return backend_rules("kueue", nodes=False)
+
+
+def test_a_node_watch_that_knows_nothing_yet_is_wired_without_error(rules: Rules) -> None:
+    services = Services.fixed(rules, node_watch=node_watch(rules))
+    assert services.rules.nodes is None and services.rules.catalog == rules.catalog
+    assert services.node_watch is not None and services.node_watch.on_change == services.set_discovered
+
+
+def test_what_every_watch_already_knows_is_in_force_once_built(kueue: Rules) -> None:
+    """Every order of giving the watches, each already fed: the rules in force carry all three at once."""
+    watches = {"node_watch": lambda: node_watch(kueue, gfd_node("h100-0", H100)),
+               "queue_watch": lambda: queue_watch(kueue, kueue_queues()),
+               "claim_watch": lambda: claim_watch(DEVICE_CLASS)}
+    orders = list(itertools.permutations(watches))
+    assert len(orders) == 6
+    for order in orders:
+        services = Services(kueue, **{name: watches[name]() for name in order})
+        assert knows_the_nodes(services.rules), order
+        assert services.rules.queues is not None and services.rules.queues.names("ml-team") == ["batch", "training"]
+        assert services.rules.is_accelerator("example.com/gpu"), order
+
+
+def test_a_queue_watch_that_has_not_listed_every_kind_merges_nothing(kueue: Rules) -> None:
+    """Kueue's LocalQueues without its ClusterQueues would make every queue look missing: nothing until both."""
+    watch = queue_watch(kueue, None)
+    watch.stores["LocalQueue"].replace(kueue_queues()[:2])
+    services = Services.fixed(kueue, queue_watch=watch)
+    assert services.rules.queues is None
+    watch.stores["ClusterQueue"].replace(kueue_queues()[2:])
+    assert services.rules.queues is not None
+
+
+def test_a_watch_attached_later_is_merged_and_heard_from(rules: Rules) -> None:
+    services = Services(rules)
+    watch = node_watch(rules)
+    services.attach(node_watch=watch)
+    assert not knows_the_nodes(services.rules)
+    watch.store.replace([gfd_node("h100-0", H100)])
+    assert knows_the_nodes(services.rules)
+
+
+def test_a_rules_reload_keeps_what_the_watches_gave(kueue: Rules) -> None:
+    services = Services.fixed(kueue, node_watch=node_watch(kueue, gfd_node("h100-0", H100)),
+                              queue_watch=queue_watch(kueue, kueue_queues()))
+    services.set_rules(kueue)
+    assert services.rules.queues is not None
+    assert knows_the_nodes(services.rules)
