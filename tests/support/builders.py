@@ -4,7 +4,6 @@ manifests, the CLI, and a rules directory laid out as a mounted ConfigMap."""
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import ROOT, RULES_FILE
+from tests.support.kubelet import KeyDir
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import mutate_verdict
 from webhook.core.rules import Rules, compile_rules
@@ -76,24 +76,14 @@ INFINIBAND = {"fabrics": {"byNodeLabel": [{"key": "gpu-type", "values": ["a100-8
 
 
 
-class ConfigMapDir:
-    """A directory laid out as the kubelet mounts a ConfigMap: rules.yaml -> ..data/rules.yaml, ..data -> version."""
+class ConfigMapDir(KeyDir):
+    """The rules ConfigMap as the kubelet mounts it: rules.yaml -> ..data/rules.yaml, ..data -> version."""
 
     def __init__(self, root: Path, text: str) -> None:
-        self.root = root
-        self.version = 0
-        root.mkdir()
-        self.update(text)
-        (root / "rules.yaml").symlink_to("..data/rules.yaml")
+        super().__init__(root, {"rules.yaml": text.encode()})
 
-    def update(self, text: str) -> None:
-        self.version += 1
-        folder = self.root / f"..2026_11_30_{self.version}"
-        folder.mkdir()
-        (folder / "rules.yaml").write_text(text)
-        tmp = self.root / "..data_tmp"
-        tmp.symlink_to(folder.name)
-        os.replace(tmp, self.root / "..data")  # atomic swap, as the kubelet does
+    def update(self, keys: dict[str, bytes] | str) -> None:  # type: ignore[override]
+        super().update({"rules.yaml": keys.encode()} if isinstance(keys, str) else keys)
 
 
 SHIPPED = {pc["metadata"]["name"]: pc for pc in priority_classes(load_rules(RULES_FILE))}

@@ -6,18 +6,23 @@ resourceVersion), gets, creates, replaces, patches, deletes, and watches (``?wat
 given resourceVersion, streamed as JSON lines until ``timeoutSeconds``, as the API server does; ``410 Gone`` for
 a version older than it keeps). Objects live in memory and every request is recorded, so tests exercise the real
 client end to end. A list or watch with a ``labelSelector`` of ``key=value`` pairs is filtered by it.
+
+`outage` takes it away for a while as a restarting API server goes away: the port refuses connections and every
+open connection (a watch in particular) is cut; it comes back on the same port with the same objects.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import jsonpatch
@@ -40,8 +45,21 @@ class FakeKubeAPI:
         self.fail: dict[str, int] = {}  # plural -> status to answer its next list with (once)
         api = self
 
+        self._connections: set[socket.socket] = set()
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # a watch is streamed in chunks, as the API server streams it
+
+            def setup(self) -> None:
+                super().setup()
+                with api._changed:
+                    api._connections.add(self.request)
+
+            def finish(self) -> None:
+                with api._changed:
+                    api._connections.discard(self.request)
+                with contextlib.suppress(OSError):
+                    super().finish()
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -125,7 +143,7 @@ class FakeKubeAPI:
                     self._stream(events, since, deadline, plural, namespace, query)
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
+                except OSError:  # the client went away, or an outage cut the connection
                     self.close_connection = True
 
             def _stream(self, events: list[dict[str, Any]], since: int, deadline: float, plural: str,
@@ -153,9 +171,14 @@ class FakeKubeAPI:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self._handler = Handler
+        self.server = self._listen(0)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _listen(self, port: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", port), self._handler)
+        server.daemon_threads = True
+        return server
 
     @property
     def url(self) -> str:
@@ -216,8 +239,30 @@ class FakeKubeAPI:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        """Stop listening and cut every open connection (a streaming watch would otherwise go on)."""
         self.server.shutdown()
         self.server.server_close()
+        with self._changed:
+            connections, self._connections = list(self._connections), set()
+            self._changed.notify_all()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """Gone for the body of the ``with``: connections refused, watches cut; then back on the same port."""
+        port = self.server.server_address[1]
+        self._close()
+        try:
+            yield
+        finally:
+            self.server = self._listen(port)
+            self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+            self.thread.start()
 
 
 def _selected(obj: dict[str, Any], selector: str | None) -> bool:

@@ -102,7 +102,8 @@ def _value(write: Write, backend: Backend, job: _Job, rules: Rules, warnings: li
     if intent == "podGroup":
         if not job.multi_node or not job.name:
             return None, False
-        if backend.names_pod_groups:
+        # with the cluster's PodGroups known, validation says whether this one exists (queue-not-found)
+        if backend.names_pod_groups and rules.queues is None:
             warnings.append(f'{backend.name}: the pods name PodGroup "{job.name}", which must exist with minMember '
                             f"{job.pods} (ai-admission creates none)")
         return job.name, False
