@@ -275,7 +275,19 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     if reason:
         pytest.skip(reason)
     with ControlPlane(find_binaries(), tmp_path_factory.mktemp("control-plane")) as plane:
+        gpu_cluster_objects(plane)
         yield plane
+
+
+def gpu_cluster_objects(plane: ControlPlane) -> None:
+    """What every GPU cluster has before ai-admission is installed: the RuntimeClasses the GPU operator creates
+    (the API server's RuntimeClass admission refuses a pod naming one that does not exist, before any webhook)."""
+    classes = sorted(load_rules(RULES_FILE).bypasses.runtime_classes)
+    assert classes
+    done = plane.kubectl("apply", "-f", "-", input="\n---\n".join(
+        f"apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {{name: {name}}}\nhandler: {name}\n"
+        for name in classes))
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,9 @@ Kueue's webhook is played by a recorder here: an HTTPS server, registered under 
 same resources Kueue's manager registers (batch/v1 jobs, apps/v1 deployments, kubeflow.org/v1 pytorchjobs, at
 CREATE; failurePolicy Fail, reinvocationPolicy Never, as Kueue's config/components/webhook/manifests.yaml has
 them), that allows everything and keeps what it was sent. The owners are created with server-side dry run (the
-whole admission chain, nothing stored). The server also watches the control plane's Kueue queues (their CRDs from
-tests/support/backend_crds.py), so a Job naming a LocalQueue that does not exist is denied with the ones that do.
+whole admission chain, nothing stored). The server also watches the control plane's Kueue queues (their CRDs as
+Kueue publishes them, read in place from ../shared/backend-crds; the module skips where that is absent), so a Job
+naming a LocalQueue that does not exist is denied with the ones that do.
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def kueue_cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
     rules_file.write_text(RULES_FILE.read_text().replace("\nscheduler:\n  backend: default\n",
                                                          "\nscheduler:\n  backend: kueue\n", 1))
     rules = load_rules(rules_file)
-    _apply(control_plane, [*backend_crds.KUEUE, *crds([owners.course_pytorchjob()])])
+    if not backend_crds.PUBLISHED.is_dir():
+        pytest.skip(f"{backend_crds.PUBLISHED} is absent: Kueue's published CRDs are read from there")
+    _apply(control_plane, [*backend_crds.published(*backend_crds.KUEUE_PUBLISHED),
+                           *crds([owners.course_pytorchjob()])])
     deadline = time.monotonic() + 30
     while control_plane.kubectl("get", "localqueues", "-A").returncode != 0 and time.monotonic() < deadline:
         time.sleep(0.2)

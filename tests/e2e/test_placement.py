@@ -12,7 +12,8 @@ namespaces. What is measured, on both clusters:
 - an inference pod arriving on a cluster full of training never leaves a training job with some pods evicted;
 - a multi-node training pod carries the NCCL settings of the fabric its nodes publish, or a warning.
 
-Skipped with one line where no kube-scheduler binary is found ($KUBEBUILDER_ASSETS, then PATH).
+Skipped with one line where no kube-scheduler binary is found ($KUBEBUILDER_ASSETS, envtest's default
+directory, then PATH).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import requests
 from tests.conftest import Server, eventually, start_server, stop_server
 from tests.support.apiserver import warnings
 from tests.support.clusters import eks_cluster, gke_cluster
-from tests.support.control_plane import SCHEDULER, ControlPlane, Scheduler, find_binary, namespace_name
+from tests.support.control_plane import SCHEDULER, Component, ControlPlane, namespace_name, running
 from tests.support.e2e_install import install, route_labels, uninstall
 from webhook.core.rules import Rules
 
@@ -77,11 +78,19 @@ class SimulatedCluster:
 
 
 def _create_node(cluster: SimulatedCluster, node: dict[str, Any]) -> None:
+    """Register ``node`` as its kubelet would, Ready; then do what the node lifecycle controller does for a Ready
+    node: the API server's TaintNodesByCondition admission taints every new Node not-ready, and that controller
+    (not run here: with no kubelet heartbeat it would mark the nodes unreachable) lifts the taint."""
     body = copy.deepcopy(node)
-    body["spec"]["taints"] = [*body["spec"].get("taints", []), E2E_TAINT]
+    taints = [*body["spec"].get("taints", []), E2E_TAINT]
+    body["spec"]["taints"] = taints
     status = body.pop("status")
-    cluster.api("POST", "/api/v1/nodes", body)
-    cluster.api("PATCH", f"/api/v1/nodes/{node['metadata']['name']}/status", {"status": status},
+    name = node["metadata"]["name"]
+    created = cluster.api("POST", "/api/v1/nodes", body)
+    assert {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"} in created["spec"]["taints"]
+    cluster.api("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
+                content_type="application/merge-patch+json")
+    cluster.api("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": taints}},
                 content_type="application/merge-patch+json")
 
 
@@ -112,17 +121,13 @@ class Kubelets:
 
 
 @pytest.fixture(scope="module")
-def scheduler(control_plane: ControlPlane) -> Iterator[Scheduler]:
-    binary = find_binary(SCHEDULER)
-    if binary is None:
-        pytest.skip("no kube-scheduler: the placement tests need one ($KUBEBUILDER_ASSETS or PATH)")
-    running = control_plane.start_scheduler(binary)
-    yield running
-    running.stop()
+def scheduler(control_plane: ControlPlane) -> Iterator[Component]:
+    with running(control_plane, SCHEDULER) as component:
+        yield component
 
 
 @pytest.fixture(scope="module", params=sorted(CLUSTERS))
-def cluster(request: pytest.FixtureRequest, control_plane: ControlPlane, scheduler: Scheduler,
+def cluster(request: pytest.FixtureRequest, control_plane: ControlPlane, scheduler: Component,
             tmp_path_factory: pytest.TempPathFactory, rules: Rules) -> Iterator[SimulatedCluster]:
     """The simulated cluster's nodes, and a server watching them registered for the test namespaces."""
     name = request.param
@@ -242,7 +247,7 @@ def fill_one_node_per_domain(cluster: SimulatedCluster, namespace: str, key: str
             first.setdefault(labels[key], node["metadata"]["name"])
     for index, node_name in enumerate(sorted(first.values())):
         pod = batch_pod(cluster, index)
-        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+        pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node_name  # and the model, which names the GPU
         create(cluster, namespace, pod)
     bound(cluster, namespace, [f"embed-{i}" for i in range(len(first))])
 

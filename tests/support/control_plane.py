@@ -1,13 +1,16 @@
 """A real etcd + kube-apiserver (and, for the placement tests, a kube-scheduler) for end-to-end tests, the way
 controller-runtime's envtest runs one.
 
-No controllers or kubelet: pods are stored and stay Pending (or, with the scheduler, are bound to the simulated
-Node objects a test creates), which is all an admission webhook needs to be observed through the real admission
-chain (built-in plugins, webhook calls, reinvocation, dry-run, warnings) and its placement through the real
-scheduler. The binaries are found in this order, each one on its own:
+No kubelet: pods are stored and stay Pending (or, with the scheduler, are bound to the simulated Node objects a
+test creates), which is all an admission webhook needs to be observed through the real admission chain (built-in
+plugins, webhook calls, reinvocation, dry-run, warnings) and its placement through the real scheduler. A test that
+needs a controller (a Job's or a ReplicaSet's pods) starts the real kube-controller-manager
+(`ControlPlane.start_controller_manager`). The binaries are found in this order, each one on its own:
 
 1. ``$KUBEBUILDER_ASSETS`` (the envtest convention, so a developer's setup-envtest directory just works);
-2. ``PATH`` (Debian's ``etcd-server`` puts etcd in /usr/bin).
+2. envtest's default directory, ``/usr/local/kubebuilder/bin``, so a machine that keeps them there needs no
+   variable set;
+3. ``PATH`` (Debian's ``etcd-server`` puts etcd in /usr/bin).
 
 ``python -m tests.support.control_plane --prepare`` says what the tests will use (``make e2e-deps``);
 ``--serve`` starts a control plane and prints its kubeconfig until Ctrl-C.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import ctypes
 import itertools
 import os
@@ -31,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import requests
 import yaml
@@ -44,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 APISERVER = "kube-apiserver"
 ETCD = "etcd"
 SCHEDULER = "kube-scheduler"
+CONTROLLER_MANAGER = "kube-controller-manager"
+ENVTEST_DEFAULT = Path("/usr/local/kubebuilder/bin")
 MISSING_HINT = "run `make e2e-deps` or set KUBEBUILDER_ASSETS"
 START_TIMEOUT = 60.0
 
@@ -73,6 +79,11 @@ def _in_assets(name: str) -> Path | None:
     return None
 
 
+def _in_envtest_default(name: str) -> Path | None:
+    path = ENVTEST_DEFAULT / name
+    return path if os.access(path, os.X_OK) else None
+
+
 def _on_path(name: str) -> Path | None:
     found = shutil.which(name)
     return Path(found) if found else None
@@ -83,6 +94,7 @@ class Binaries:
     apiserver: Path
     etcd: Path
     scheduler: Path | None = None  # only the placement tests need one
+    controller_manager: Path | None = None  # only the tests of controllers' pods need one
 
 
 class MissingBinaries(RuntimeError):
@@ -90,7 +102,7 @@ class MissingBinaries(RuntimeError):
 
 
 def find_binary(name: str) -> Path | None:
-    return _in_assets(name) or _on_path(name)
+    return _in_assets(name) or _in_envtest_default(name) or _on_path(name)
 
 
 def find_binaries() -> Binaries:
@@ -98,7 +110,8 @@ def find_binaries() -> Binaries:
     missing = [name for name, path in ((APISERVER, apiserver), (ETCD, etcd)) if path is None]
     if missing or apiserver is None or etcd is None:
         raise MissingBinaries(f"no {'/'.join(missing)}: {MISSING_HINT}")
-    return Binaries(apiserver=apiserver, etcd=etcd, scheduler=find_binary(SCHEDULER))
+    return Binaries(apiserver=apiserver, etcd=etcd, scheduler=find_binary(SCHEDULER),
+                    controller_manager=find_binary(CONTROLLER_MANAGER))
 
 
 # -- processes -----------------------------------------------------------------------------------------------
@@ -138,8 +151,9 @@ class ControlPlaneError(RuntimeError):
 
 
 @dataclass
-class Scheduler:
-    """A running kube-scheduler (see `ControlPlane.start_scheduler`)."""
+class Component:
+    """A running kube-scheduler or kube-controller-manager (`ControlPlane.start_scheduler`,
+    `ControlPlane.start_controller_manager`)."""
 
     process: Any
 
@@ -347,21 +361,38 @@ class ControlPlane:
         }))
         self.kubeconfig.chmod(0o600)
 
-    def start_scheduler(self, binary: Path, *, timeout: float = START_TIMEOUT) -> Scheduler:
+    def start_scheduler(self, binary: Path, *, timeout: float = START_TIMEOUT) -> Component:
         """A kube-scheduler for this control plane (default configuration, no leader election, no serving port):
         it binds pods to the Node objects tests create, and preempts as a cluster's scheduler does."""
-        log = self.workdir / f"kube-scheduler-{len(self._processes)}.log"
-        process = _spawn(SCHEDULER, [str(binary), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-                                     "--secure-port=0", "--v=2"], log)
-        scheduler = Scheduler(process)
-        settled = time.monotonic() + 5  # the log says it started; else alive for a few seconds will do
+        return self._start_component(SCHEDULER, [str(binary), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
+                                                 "--secure-port=0", "--v=2"], "Starting Kubernetes Scheduler",
+                                     timeout=timeout)
+
+    def start_controller_manager(self, binary: Path, *, controllers: Sequence[str] = (
+            "job-controller", "replicaset-controller", "deployment-controller", "garbage-collector-controller"),
+            timeout: float = START_TIMEOUT) -> Component:
+        """A kube-controller-manager running only ``controllers`` (no leader election, no serving port): Jobs and
+        ReplicaSets create their pods through the API server, so through the webhook, as in a cluster."""
+        assert self._creds is not None, "not started"
+        return self._start_component(CONTROLLER_MANAGER, [
+            str(binary), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", "--secure-port=0",
+            f"--controllers={','.join(controllers)}", "--use-service-account-credentials=false",
+            f"--service-account-private-key-file={self._creds.sa_key}", f"--root-ca-file={self._creds.ca}",
+            "--v=2"], "Started controller", timeout=timeout)
+
+    def _start_component(self, name: str, argv: list[str], started: str, *, timeout: float) -> Component:
+        """Spawn a component; back once its log says ``started`` (else once it has stayed alive a few seconds)."""
+        log = self.workdir / f"{name}-{len(self._processes)}-{next(_names)}.log"
+        process = _spawn(name, argv, log)
+        component = Component(process)
+        settled = time.monotonic() + 5
         deadline = time.monotonic() + timeout
-        while "Starting Kubernetes Scheduler" not in _tail(log, 200) and time.monotonic() < settled:
+        while started not in _tail(log, 400) and time.monotonic() < settled:
             if process.popen.poll() is not None or time.monotonic() > deadline:
-                scheduler.stop()
-                raise ControlPlaneError(f"kube-scheduler exited at start\n--- {log}:\n{_tail(log)}")
+                component.stop()
+                raise ControlPlaneError(f"{name} exited at start\n--- {log}:\n{_tail(log)}")
             time.sleep(0.1)
-        return scheduler
+        return component
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """The real kubectl against this control plane; never raises on a non-zero exit (tests read stderr)."""
@@ -385,6 +416,23 @@ class ControlPlane:
         return name
 
 
+@contextlib.contextmanager
+def running(plane: ControlPlane, name: str) -> Iterator[Component]:
+    """``name`` (kube-scheduler or kube-controller-manager) started for ``plane`` for the body of the ``with``; the
+    test skips with one line where its binary is not found."""
+    import pytest
+
+    binary = find_binary(name)
+    if binary is None:
+        pytest.skip(f"no {name}: these tests need one ($KUBEBUILDER_ASSETS, {ENVTEST_DEFAULT} or PATH)")
+    start = plane.start_scheduler if name == SCHEDULER else plane.start_controller_manager
+    component = start(binary)
+    try:
+        yield component
+    finally:
+        component.stop()
+
+
 # -- command line --------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -401,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"end-to-end tests will skip: {exc}", file=sys.stderr)
         return 0 if options.prepare else 1
     print(f"kube-apiserver: {binaries.apiserver}\netcd: {binaries.etcd}\nkube-scheduler: "
-          f"{binaries.scheduler or 'none (the placement tests will skip)'}")
+          f"{binaries.scheduler or 'none (the placement tests will skip)'}\nkube-controller-manager: "
+          f"{binaries.controller_manager or 'none (the tests of controllers will skip)'}")
     if shutil.which("kubectl") is None:
         print("note: no kubectl on PATH; the end-to-end tests that use it will skip", file=sys.stderr)
     if options.serve:

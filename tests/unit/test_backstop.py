@@ -134,3 +134,11 @@ def test_the_toleration_policy_follows_the_rules() -> None:
     document = copy.deepcopy(RULES.raw)
     document.setdefault("mutation", {})["gpuTolerations"] = False
     assert backstop.toleration_policy(compile_rules(document)) == []
+
+
+def test_the_policy_reads_the_namespace_of_a_cluster_scoped_object_as_absent() -> None:
+    """A cluster-scoped object's request has no namespace key (a real API server: "no such key: namespace", and the
+    policy fails closed on a ClusterTrainingRuntime): every read of it is optional."""
+    text = str(backstop.manifests(RULES))
+    assert "request.?namespace.orValue('')" in text
+    assert "request.namespace" not in text

@@ -592,8 +592,10 @@ class Rule:
                                              f"cel.bind(hp, vol.?hostPath.?path.orValue(''), "
                                              f"type(hp) == string && ({matched}))))"))
         pairs = cel_list(f"{a.namespace}/{a.name}" for a in rules.exempt_service_accounts)
-        exempt = (f"request.namespace in {cel_list(rules.exempt_namespaces)} || "
-                  f"(type({v}.sa) == string && (request.namespace + '/' + {v}.sa) in {pairs})")
+        # request.namespace is absent (not empty) for a cluster-scoped object: a runtime's templates, say
+        namespace = "request.?namespace.orValue('')"
+        exempt = (f"{namespace} in {cel_list(rules.exempt_namespaces)} || "
+                  f"(type({v}.sa) == string && ({namespace} + '/' + {v}.sa) in {pairs})")
         found = " + ".join(f"({test} ? [{cel_string(code)}] : [])" for code, test in tests) or "[]"
         return f"(({exempt}) ? [] : {found})"
 
