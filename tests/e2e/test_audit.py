@@ -140,3 +140,23 @@ def test_server_writes_policy_reports_once_the_crd_exists(control_plane: Control
         eventually(lambda: (policy_report(control_plane, namespace) or {}).get("summary", {}).get("fail") == 2)
     finally:
         stop_server(server)
+
+
+def test_audit_reads_the_config_maps_a_container_takes_env_from(control_plane: ControlPlane,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A Job whose container asks for no GPU but takes NVIDIA_VISIBLE_DEVICES=all from a ConfigMap: audit lists the
+    ConfigMaps too (Secrets it does not read) and says so."""
+    namespace = control_plane.create_namespace(namespace_name("audit-env-from"), {"ai-admission.io/mode": "audit"})
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-env"},
+              "data": {"NVIDIA_VISIBLE_DEVICES": "all"}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "sees-gpus"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": "registry.k8s.io/busybox", "command": ["/bin/sh", "-c", "env"],
+               "envFrom": [{"configMapRef": {"name": "gpu-env"}}]}]}}}}
+    apply(control_plane, namespace, config, job)
+    code, out = run_cli(capsys, "audit", "--kubeconfig", str(control_plane.kubeconfig), "-n", namespace, "-o", "json")
+    assert code == 1, out
+    (result,) = json.loads(out)["results"]
+    assert (result["kind"], result["name"], result["severity"]) == ("Job", "sees-gpus", "deny")
+    assert result["denials"] == ["gpu-visible-devices-env"]
+    assert '(from ConfigMap "gpu-env", by envFrom)' in result["message"]

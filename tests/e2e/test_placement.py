@@ -10,7 +10,8 @@ namespaces. What is measured, on both clusters:
 - inference replicas spread over both zones;
 - a training job arriving on a cluster full of batch preempts batch and is scheduled;
 - an inference pod arriving on a cluster full of training never leaves a training job with some pods evicted;
-- a multi-node training pod carries the NCCL settings of the fabric its nodes publish, or a warning.
+- a multi-node training pod carries the NCCL settings of the fabric its nodes publish, or a warning that says
+  what the fabric needs that the pod lacks.
 
 Skipped with one line where no kube-scheduler binary is found ($KUBEBUILDER_ASSETS, envtest's default
 directory, then PATH).
@@ -326,9 +327,11 @@ def test_a_multi_node_pod_gets_its_fabrics_nccl_settings_or_a_warning(cluster: S
     pod = next(p for p in cluster.pods(namespace) if p["metadata"]["name"] == "nccl-worker-0")
     env = {e["name"] for e in pod["spec"]["containers"][0].get("env", [])}
     if cluster.name == "gke":
-        # A3 Mega (the nodes' instance type): GPUDirect-TCPXO, set up by GKE's own plugin; nothing to add
+        # A3 Mega (the nodes' instance type): GPUDirect-TCPXO, set up by GKE's plugin from what the pod carries (its
+        # networks, the tcpxo-daemon sidecar); this pod carries none of it: told, and nothing added
         assert not env & {"NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE"}
-        assert not any("NCCL" in w for w in told), told
+        assert any(w.startswith("NCCL talks TCP between nodes: fabric gpudirect-tcpxo needs the tcpxo-daemon sidecar")
+                   and w.endswith("(nothing added; fabrics.needs)") for w in told), told
     else:
         # p5 with EFA: NCCL needs nothing set, but a pod that asks for no EFA device talks TCP: it is told
         assert not env & {"NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE"}

@@ -264,3 +264,30 @@ def test_a_device_pattern_must_say_where_the_model_is(rules: Rules) -> None:
     document["accelerators"]["deviceResources"] = [{"pattern": "^example\\.com/dev-[0-9]+$", "vendor": "nvidia"}]
     with pytest.raises(RulesError, match=r"accelerators\.deviceResources\[0\]\.pattern: needs a group \(\?P<model>"):
         compile_rules(document)
+
+
+def volcano_share_pod() -> dict[str, Any]:
+    """volcano-sh/devices' GPU-share example ("gpu-pod1"), field for field: a share of one GPU by its memory,
+    scheduled by Volcano."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-pod1"},
+            "spec": {"schedulerName": "volcano", "containers": [{
+                "name": "cuda-container", "image": "nvidia/cuda:9.0-devel", "command": ["sleep"], "args": ["100000"],
+                "resources": {"limits": {"volcano.sh/gpu-memory": 1024}}}]}}
+
+
+def test_a_volcano_gpu_share_is_a_gpu_request_with_the_memory_it_states(rules: Rules) -> None:
+    """Read as no GPU at all before: class none, allowed with no word."""
+    as_published = judged(volcano_share_pod(), rules)
+    assert as_published.profile is not None and dict(as_published.profile.gpus) == {"volcano.sh/gpu-memory": 1}
+    assert denials(as_published) == ["gpu-model-missing"]  # the model rule applies as it does to the others
+    named = volcano_share_pod()
+    named["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-T4"}
+    verdict = judged(named, rules)
+    assert verdict.allowed and verdict.profile is not None
+    assert verdict.profile.memory_source == "resource volcano.sh/gpu-memory: 1024 (units of 1Mi), 1Gi per GPU"
+    too_much = copy.deepcopy(named)
+    too_much["spec"]["containers"][0]["resources"]["limits"]["volcano.sh/gpu-memory"] = 20480
+    assert denials(judged(too_much, rules)) == ["gpu-memory-exceeds"]
+    whole = judged(pod({"volcano.sh/gpu-number": "2"}, selector={"nvidia.com/gpu.product": "Tesla-T4"},
+                       annotations={"ai-admission.io/gpu-memory": "10Gi"}), rules)
+    assert whole.allowed and whole.profile is not None and whole.profile.gpu_count == 2

@@ -64,12 +64,33 @@ def test_a_class_that_pins_a_product_names_the_model_of_its_extended_resource(ru
 
 
 def test_a_mig_class_serving_nvidia_gpu_states_the_memory_of_each_device(rules: Rules) -> None:
+    """A class that pins one MIG profile states the memory of each slice, by either of its names; the parent GPU
+    is not pinned, so the model rule applies as to any GPU."""
     merged = with_device_classes(rules, classes_of([MIG_CLASS], rules, source="the input"))
-    verdict = judge_pod(pod({"nvidia.com/gpu": "1"}), rules=merged, mode="deny", subject="pod")
-    assert [f.code for f in verdict.findings if f.severity == "deny"] == ["gpu-model-missing"]
-    assert verdict.profile is not None and verdict.profile.memory_per_gpu == 12 * 10**9
-    assert verdict.profile.memory_source == ('device class "mig-1g-12gb.gpu.nvidia.com" (which serves nvidia.com/gpu; '
-                                             'its MIG profile), 11.2Gi per GPU')
+    for name in ("nvidia.com/gpu", "deviceclass.resource.kubernetes.io/mig-1g-12gb.gpu.nvidia.com"):
+        verdict = judge_pod(pod({name: "1"}), rules=merged, mode="deny", subject="pod")
+        assert [f.code for f in verdict.findings if f.severity == "deny"] == ["gpu-model-missing"]
+        assert verdict.profile is not None and verdict.profile.memory_per_gpu == 12 * 10**9
+        assert verdict.profile.memory_source == (f'device class "mig-1g-12gb.gpu.nvidia.com" (which serves {name}; '
+                                                 f'its MIG profile), 11.2Gi per GPU')
+
+
+MIG_POD = pod({"deviceclass.resource.kubernetes.io/mig.nvidia.com": "1"},
+              {"ai-admission.io/gpu-memory": "10Gi", "ai-admission.io/gpu-model": "a100-80g"})
+
+
+def test_a_mig_slice_through_the_implicit_name_of_a_class_that_pins_no_profile_is_denied(rules: Rules) -> None:
+    """NVIDIA's mig.nvidia.com (the rules' and the chart's) pins no profile: the slice may be 1g.10gb or 7g.80gb,
+    so the stated need says nothing of what the pod gets. It was read as no GPU at all (class none, allowed)."""
+    for merged in (rules, with_device_classes(rules, classes_of([device_class(
+            "mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'")],
+            rules, source="the cluster"))):
+        verdict = judge_pod(copy.deepcopy(MIG_POD), rules=merged, mode="deny", subject="pod")
+        assert verdict.profile is not None and verdict.profile.workload != "none"
+        assert [f.code for f in verdict.findings if f.severity == "deny"] == ["mig-profile-unknown"]
+        assert ('deviceclass.resource.kubernetes.io/mig.nvidia.com asks for MIG slices of device class '
+                '"mig.nvidia.com", which pins no MIG profile') in (verdict.message or "")
+        assert 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"' in (verdict.message or "")
 
 
 def test_of_two_classes_serving_one_name_the_newer_wins_as_in_the_scheduler(rules: Rules) -> None:

@@ -264,10 +264,11 @@ def test_dra_rules_errors_name_the_path() -> None:
 
 
 def test_device_class_extended_resources_are_accelerators(rules: Rules) -> None:
-    """KEP-5004: any DeviceClass can be asked for as deviceclass.resource.kubernetes.io/<class> in limits."""
+    """KEP-5004: any DeviceClass can be asked for as deviceclass.resource.kubernetes.io/<class> in limits; every GPU
+    class's name is a GPU request, MIG slices included (it was left out, and such a pod was class none)."""
     assert rules.is_accelerator("deviceclass.resource.kubernetes.io/gpu.nvidia.com")
     assert rules.is_accelerator("deviceclass.resource.kubernetes.io/gpu.amd.com")
-    assert not rules.is_accelerator("deviceclass.resource.kubernetes.io/mig.nvidia.com")
+    assert rules.is_accelerator("deviceclass.resource.kubernetes.io/mig.nvidia.com")
     assert not rules.is_accelerator("deviceclass.resource.kubernetes.io/compute-domain-default-channel.nvidia.com")
 
 

@@ -215,7 +215,7 @@ def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(b
     assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha2"]
     granted = find(objects, "ClusterRole", "ai-admission-policy-reports")["rules"]
     readable = {(g, r) for rule in granted if rule["verbs"] == ["list"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert {(k.group, k.resource) for k in [*KINDS.values(), *rules.generic_kinds]} | {("", "pods")} <= readable
+    assert {(k.group, k.resource) for k in [*KINDS.values(), *rules.generic_kinds]} | {("", "pods"), ("", "configmaps")} <= readable
     (writes,) = [rule for rule in granted if rule["verbs"] != ["list"]]
     assert writes == {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "watch", "create", "update"]}
     binding = find(objects, "ClusterRoleBinding", "ai-admission-policy-reports")

@@ -78,7 +78,12 @@ def _gpu_pod(resources: dict[str, str] | None = None, annotations: dict[str, str
     _gpu_pod({"Example.com/VGPU": "1"}),                     # ... matched without case, as the webhook does
     _gpu_pod(annotations={"gpu-fraction": "0.5"}),           # KAI-Scheduler's share by annotation, no resource
     _gpu_pod(annotations={"gpu-memory": "2000"}),
-], ids=["intel", "gpushare", "unknown", "unknown-case", "kai-fraction", "kai-memory"])
+    _gpu_pod({"volcano.sh/gpu-memory": "1024"}),             # Volcano's device plugin: a share by its memory
+    _gpu_pod({"deviceclass.resource.kubernetes.io/mig.nvidia.com": "1"}),  # a MIG slice by DRA's implicit name
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "image": "i", "envFrom": [{"configMapRef": {"name": "gpu-env"}}]}]}},  # keys unseen: voided
+], ids=["intel", "gpushare", "unknown", "unknown-case", "kai-fraction", "kai-memory", "volcano-share", "dra-mig",
+        "env-from"])
 def test_every_new_way_to_ask_for_a_gpu_is_sent(pod: dict[str, Any]) -> None:
     assert condition_holds(pod_condition(RULES) or "", pod)
     assert not webhook_leaves_alone(pod, RULES)

@@ -55,6 +55,22 @@ def mutated(pod: dict[str, Any], rules: Rules) -> tuple[dict[str, Any], list[str
     return apply_verdict(pod, verdict), list(verdict.warnings), [dict(op) for op in verdict.patch]
 
 
+def a3_mega(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as GKE's GPUDirect-TCPXO guide has an A3 Mega pod: its networks, the daemon's devices, the sidecar."""
+    pod["metadata"]["annotations"].update({
+        "networking.gke.io/default-interface": "eth0",
+        "networking.gke.io/interfaces": '[{"interfaceName":"eth0","network":"default"},'
+                                        '{"interfaceName":"eth1","network":"vpc1"}]',
+        "devices.gke.io/container.tcpxo-daemon": "- path: /dev/nvidia0\n- path: /dev/nvidiactl\n"})
+    pod["spec"]["containers"].append({
+        "name": "tcpxo-daemon", "image": "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.12",
+        "command": ["/bin/sh", "-c"], "args": ["/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics=8"],
+        "securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_BIND_SERVICE"]}},
+        # limits, so that the pod keeps the memory limit its /dev/shm is sized from
+        "resources": {"limits": {"memory": "2Gi", "cpu": "2"}, "requests": {"memory": "2Gi", "cpu": "2"}}})
+    return pod
+
+
 def packed_by(pod: dict[str, Any]) -> str | None:
     terms = (pod["spec"].get("affinity") or {}).get("podAffinity", {}).get(
         "preferredDuringSchedulingIgnoredDuringExecution") or []
@@ -91,7 +107,7 @@ def test_the_nodes_topology_is_learnt_per_model(gke: Rules) -> None:
     (4, "cloud.google.com/gce-topology-block"),      # 32: exactly a block
 ])
 def test_a_job_is_packed_into_the_narrowest_gke_domain_that_holds_it(gke: Rules, pods: int, key: str) -> None:
-    pod, warnings, _ = mutated(training_worker("llama", pods), gke)
+    pod, warnings, _ = mutated(a3_mega(training_worker("llama", pods)), gke)
     assert packed_by(pod) == key
     term = pod["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
     assert term == {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {
@@ -106,7 +122,7 @@ def test_a_job_of_one_pod_is_not_packed_with_itself(gke: Rules) -> None:
 
 
 def test_a_job_no_domain_holds_is_not_packed_and_is_told(gke: Rules) -> None:
-    pod, warnings, _ = mutated(training_worker("llama", 5), gke)  # 40 GPUs: more than a block's 32
+    pod, warnings, _ = mutated(a3_mega(training_worker("llama", 5)), gke)  # 40 GPUs: more than a block's 32
     assert packed_by(pod) is None
     assert warnings == ["pods not packed: no single gke domain holds the job's 40 GPUs (5 pods; the largest, by "
                         "cloud.google.com/gce-topology-block, holds 32)"]
@@ -287,6 +303,67 @@ def test_the_course_job_on_the_gke_cluster_carries_only_what_acts(gke: Rules) ->
         "/spec/volumes", "/spec/containers/0/volumeMounts", "/spec/priorityClassName", "/spec/priority",
         "/spec/preemptionPolicy", "/spec/tolerations", "/spec/affinity",
         "/metadata/labels/ai-admission.io~1workload-type", "/metadata/annotations/ai-admission.io~1profile"]
+    # on A3 Mega nodes without GPUDirect-TCPXO's pieces the job talks TCP: told, and nothing added for it
+    assert warnings == [TCPXO_MISSING]
+
+
+TCPXO_MISSING = ("NCCL talks TCP between nodes: fabric gpudirect-tcpxo needs the tcpxo-daemon sidecar; annotations "
+                 "networking.gke.io/interfaces, devices.gke.io/container.tcpxo-daemon on the pod (nothing added; "
+                 "fabrics.needs)")
+
+
+# -- fabrics set up by something the pod carries: a word for each ------------------------------------------------------
+
+def test_every_fabric_has_env_needs_or_is_the_unknown_one(rules: Rules) -> None:
+    """The principle, on the shipped rules: no fabric the rules know is left silent."""
+    fabrics = rules.fabrics
+    silent = [f for f, env in fabrics.env.items() if not env and f not in fabrics.needs and f != "unknown"]
+    assert silent == []
+    assert set(fabrics.needs) == {"gpudirect-tcpx", "gpudirect-tcpxo", "gpudirect-rdma", "efa"}
+
+
+def test_a3_mega_pods_without_tcpxo_are_told_what_they_lack_and_get_nothing_for_it(gke: Rules) -> None:
+    bare, warnings, _ = mutated(training_worker("llama", 3), gke)
+    assert warnings == [TCPXO_MISSING]
+    assert nccl(bare) == {} and len(bare["spec"]["containers"]) == 1
+    partly = training_worker("llama", 3)
+    partly["metadata"]["annotations"]["networking.gke.io/interfaces"] = '[{"interfaceName":"eth0","network":"default"}]'
+    _, warnings, _ = mutated(partly, gke)
+    assert len(warnings) == 1 and "needs the tcpxo-daemon sidecar; annotation devices.gke.io/container.tcpxo-daemon " \
+        "on the pod" in warnings[0]
+    assert all(len(w) <= 256 for w in warnings)  # what the API server passes on whole
+    whole, warnings, _ = mutated(a3_mega(training_worker("llama", 3)), gke)
+    assert warnings == [] and nccl(whole) == {}
+
+
+@pytest.mark.parametrize(("instance", "fabric", "lacks"), [
+    ("a3-highgpu-8g", "gpudirect-tcpx", "needs the tcpx-daemon sidecar; annotations networking.gke.io/interfaces, "
+                                        "devices.gke.io/container.tcpx-daemon on the pod"),
+    ("a3-ultragpu-8g", "gpudirect-rdma", "needs annotation networking.gke.io/interfaces on the pod"),
+])
+def test_each_gke_fabric_names_what_it_needs(rules: Rules, instance: str, fabric: str, lacks: str) -> None:
+    pod = training_worker("llama", 2, model="h200-141g" if "ultra" in instance else "h100-80g")
+    pod["spec"]["nodeSelector"] = {"node.kubernetes.io/instance-type": instance}
+    _, warnings, _ = mutated(pod, rules)
+    told = [w for w in warnings if w.startswith("NCCL talks TCP")]
+    assert len(told) == 1 and f"fabric {fabric} {lacks}" in told[0], warnings
+
+
+def test_efa_nodes_that_advertise_no_efa_device_still_tell_the_pod(rules: Rules) -> None:
+    """p5 nodes whose EFA device plugin is not running: the pod is told it needs the devices (it was silent)."""
+    bare_p5 = []
+    for node_ in eks_cluster():
+        for part in ("capacity", "allocatable"):
+            node_["status"][part].pop("vpc.amazonaws.com/efa", None)  # one dict for both, as node() builds it
+        bare_p5.append(node_)
+    _, warnings, _ = mutated(training_worker("llama", 2), with_nodes(bare_p5, rules))
+    told = [w for w in warnings if w.startswith("NCCL talks TCP")]
+    assert told == ["NCCL talks TCP between nodes: fabric efa needs resource vpc.amazonaws.com/efa on the pod "
+                    "(nothing added; fabrics.needs)"]
+
+
+def test_a_job_of_one_pod_is_not_told_of_the_fabric(gke: Rules) -> None:
+    _, warnings, _ = mutated(training_worker("fine-tune", 1), gke)
     assert warnings == []
 
 

@@ -47,7 +47,8 @@ def severity(result: Result) -> str:
 
 def kinds(api: Any, rules: Rules | None = None) -> list[tuple[str, str, str, str, bool]]:
     """(group, version, kind, plural, namespaced) of pods, of every kind of webhook.core.kinds and of the rules'
-    ``genericKinds`` whose API group the cluster serves, and of DeviceClasses (their GPU classes join the rules)."""
+    ``genericKinds`` whose API group the cluster serves, of DeviceClasses (their GPU classes join the rules) and of
+    ConfigMaps (what a container's envFrom gives it)."""
     versions = {"": "v1", **kube.preferred_versions(api)}  # the core group is not in /apis
     found = [("", "v1", "Pod", "pods", True)]
     listed: list[tuple[str, str, str, str]] = [(k.group, k.kind, k.resource, k.scope) for k in KINDS.values()]
@@ -56,6 +57,9 @@ def kinds(api: Any, rules: Rules | None = None) -> list[tuple[str, str, str, str
               if group in versions]
     if versions.get("resource.k8s.io") == "v1":
         found.append(("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", False))
+    # the keys a container takes by envFrom are judged where they are readable: ConfigMaps (Secrets are not
+    # read: an audit has no business with their values)
+    found.append(("", "v1", "ConfigMap", "configmaps", True))
     return found
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from . import podview
+from . import env_sources, podview
 from .bypass_rules import PATHS, BypassRules
 from .dra.rules import DEVICE_CLASS_RESOURCE_PREFIX
 from .findings import Finding
@@ -99,6 +99,8 @@ def bypass_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules, name
             if not isinstance(name, str) or (name not in device_env and name not in any_value_env):
                 continue
             problem = visible_devices_problem(entry, any_value=name in any_value_env)
+            if problem and isinstance(entry.get(env_sources.SOURCE), str):
+                problem += f" (from {entry[env_sources.SOURCE]}, by envFrom)"
             if problem:
                 add("visibleDevicesEnv", f"{_named(container, kind)} sets {name}{problem}: the container runtime "
                                          f"hands it GPUs the scheduler never counted; remove it (or set it to "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import podview
+from . import env_sources, podview
 from .admission import Verdict, is_pod, judge, resolve_mode
 from .backends import with_queues
 from .dra import claims as dra
@@ -88,7 +88,7 @@ class Report:
 
 class Index:
     """The documents of one check by kind, name and namespace, for objects a template refers to (a TrainJob's
-    runtime)."""
+    runtime, a container's envFrom ConfigMap or Secret)."""
 
     def __init__(self, documents: list[Document]) -> None:
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -141,7 +141,9 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
         ns = "" if cluster_scoped else str(meta.get("namespace") or namespace or "default")
         mode = resolve_mode(rules, namespace=ns, path_mode=None)
         name = str(meta.get("name") or meta.get("generateName") or "")
-        judged = judge(obj, rules=rules, mode=mode, group=group, kind=kind, namespace=ns, claims=claims.source(ns),
+        # the keys of the ConfigMaps and Secrets among the files, where a container takes env from them
+        seen = env_sources.expand(obj, index.find, ns) if kind not in env_sources.KINDS.values() else obj
+        judged = judge(seen, rules=rules, mode=mode, group=group, kind=kind, namespace=ns, claims=claims.source(ns),
                        resolve=index.find)
         if judged is None:
             report.skipped.append(document)

@@ -107,6 +107,9 @@ CODES: tuple[Code, ...] = (
          "remove it and ask for the GPU in resources"),
     Code("device-class-unknown", "deny or warn", "a container asks for deviceclass.resource.kubernetes.io/<class> of a "
          "DeviceClass ai-admission does not know", "add the class to dra.deviceClasses (or check with --cluster)"),
+    Code("mig-profile-unknown", "deny", "a container asks for MIG slices through a DRA device class's extended "
+         "resource (deviceclass.resource.kubernetes.io/<class>) whose selectors pin no MIG profile: the slice may be "
+         "of any size", "ask for nvidia.com/mig-<profile>, or for a device class whose selector pins one profile"),
     Code("job-priorities-differ", "deny", "the pod templates of one job name different PriorityClasses: a scheduler "
          "that preempts by priority can take some pods of the job and leave the rest waiting",
          "give every template the same priorityClassName, or none (the class's is set)"),

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from . import backends, names, placement, podview
+from . import backends, env_sources, names, placement, podview
 from .patch import Editor
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
@@ -186,7 +186,8 @@ def add_nccl_env(ctx: _Context) -> None:
         return
     rules = ctx.rules
     fabric, evidence = pod_fabric(ctx.profile, rules)
-    _warn_missing_devices(ctx, fabric)
+    told = _warn_missing_devices(ctx, fabric)
+    _warn_fabric_needs(ctx, fabric, told)
     env = rules.fabrics.env.get(fabric, ())
     if not env:
         if fabric == UNKNOWN_FABRIC:
@@ -216,17 +217,44 @@ def add_nccl_env(ctx: _Context) -> None:
                                          if name not in present])
 
 
-def _warn_missing_devices(ctx: _Context, fabric: str) -> None:
-    """A multi-node pod on nodes that offer RDMA or EFA devices but asking for none talks TCP between nodes."""
+def _warn_missing_devices(ctx: _Context, fabric: str) -> frozenset[str]:
+    """A multi-node pod on nodes that offer RDMA or EFA devices but asking for none talks TCP between nodes; the
+    devices it was told of."""
     if ctx.plan.rdma is not None:
-        return
+        return frozenset()
     target = placement.target_of(ctx.rules, ctx.profile.model)
     if target is None:
-        return
+        return frozenset()
     offered = sorted(r for r in target.resources if any(s.names_resource(r) for s in ctx.rules.fabrics.from_pod))
     if offered and not placement.pod_resources(ctx.spec) & set(offered):
         ctx.warnings.append(f"the pod's nodes offer {offered[0]} but the pod asks for none, so NCCL talks TCP between "
                             f"nodes; add it to the GPU containers' resources (or the class's mutate.rdma)")
+        return frozenset(offered)
+    return frozenset()
+
+
+def _warn_fabric_needs(ctx: _Context, fabric: str, told: frozenset[str]) -> None:
+    """A multi-node pod whose fabric is set up by something the pod must carry (fabrics.needs) and that lacks
+    some of it: told what, and nothing added (a sidecar or a network named wrong would break NCCL)."""
+    needs = ctx.rules.fabrics.needs.get(fabric)
+    world = ctx.profile.world
+    if needs is None or (world.source is not None and world.pods <= 1):  # a job of one pod talks to no other node
+        return
+    missing: list[str] = []
+    names = {c.get("name") for kind in ("containers", "initContainers")
+             for c in podview.as_list(ctx.spec.get(kind)) if isinstance(c, dict)}
+    if needs.sidecars and not names & set(needs.sidecars):
+        missing.append(f"the {' or '.join(needs.sidecars)} sidecar")
+    notes = ctx.profile.facts.annotations
+    absent = [key for key in needs.annotations if key not in notes]
+    if absent:
+        missing.append(f"annotation{'s' if len(absent) > 1 else ''} {', '.join(absent)}")
+    asked = placement.pod_resources(ctx.spec)
+    if ctx.plan.rdma is None:
+        missing += [f"resource {r}" for r in needs.resources if r not in asked and r not in told]
+    if missing:  # short: the API server cuts a warning at 256 characters (the evidence is in the profile record)
+        ctx.warnings.append(f"NCCL talks TCP between nodes: fabric {fabric} needs {'; '.join(missing)} on the pod "
+                            f"(nothing added; fabrics.needs)")
 
 
 def set_priority(ctx: _Context) -> None:
@@ -489,6 +517,32 @@ def void_visible_devices(ctx: _Context) -> None:
             ctx.edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
 
 
+def void_env_from(pod: Mapping[str, Any], profile: Profile, rules: Rules, namespace: str) -> Mutation:
+    """A pod that asks for no GPU: ``NVIDIA_VISIBLE_DEVICES=void`` on each container that takes env from a ConfigMap
+    or a Secret, whose keys admission cannot see (`webhook.core.env_sources`); told instead where the rules do not
+    void. GPU infrastructure's namespaces, and a container that names the variable itself, are left alone."""
+    bypasses = rules.bypasses
+    spec = podview.spec(pod)
+    if not bypasses.enabled or not bypasses.visible_devices_env \
+            or bypasses.exempt(namespace, spec.get("serviceAccountName")):
+        return Mutation(pod=dict(pod), patch=[])
+    edit = Editor(dict(pod))
+    warnings: list[str] = []
+    name = bypasses.visible_devices_env[0]
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(podview.as_list(spec.get(kind))):
+            refs = env_sources.sources(container) if isinstance(container, dict) else []
+            if not refs or any(n in podview.container_env(container) for n in bypasses.visible_devices_env):
+                continue
+            if bypasses.voids(profile.workload):
+                edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
+            else:
+                warnings.append(f"container {container.get('name')!r} takes env from "
+                                f"{env_sources.described(refs)}, which admission cannot read: if it sets {name}, "
+                                f"the container sees GPUs it never asked for")
+    return Mutation(pod=edit.doc, patch=edit.ops, warnings=warnings)
+
+
 STEPS: tuple[Callable[[_Context], None], ...] = (
     add_shm, add_nccl_env, void_visible_devices, set_priority, add_tolerations, pin_model, add_topology, add_gang,
     add_rdma, add_backend, add_metadata, add_deadline, record_profile,
@@ -508,8 +562,8 @@ def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
     `webhook.cluster.priority_classes`.
     """
     policy = rules.classes.get(profile.workload)
-    if policy is None:  # class "none": not ai-admission's business
-        return Mutation(pod=dict(pod), patch=[])
+    if policy is None:  # class "none": not ai-admission's business, but for what its envFrom may hand it
+        return void_env_from(pod, profile, rules, namespace)
     ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
                    missing_priority_classes=missing_priority_classes,
                    differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS, namespace=namespace)

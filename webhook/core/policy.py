@@ -191,6 +191,15 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
 def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[Finding]]:
     """(denials, warnings) about the GPUs: model, memory, count."""
     found = _model_findings(profile, rules)
+    unsized = sorted(r for r in profile.gpus if (c := rules.dra.serving.get(r)) is not None and c.mig
+                     and c.memory is None)
+    if unsized:
+        device_class = rules.dra.serving[unsized[0]]
+        found.append(deny("mig-profile-unknown",
+                          f"{', '.join(unsized)} asks for MIG slices of device class \"{device_class.name}\", which "
+                          f"pins no MIG profile, so the slice may be of any size: ask for nvidia.com/mig-<profile> "
+                          f"(nvidia.com/mig-1g.10gb), or for a device class whose selector pins one profile "
+                          f"({device_class.attribute(device_class.profile_attribute or 'profile')} == \"1g.10gb\")"))
     if not profile.memory_stated:
         fix = profile.claimed.memory_fix() if profile.claimed is not None else memory_fix(rules, profile.model)
         found.append(deny("gpu-memory-missing",

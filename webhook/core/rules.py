@@ -161,6 +161,19 @@ class FabricSignal:
 
 
 @dataclass(frozen=True)
+class FabricNeeds:
+    """What a pod must carry for NCCL to use a fabric that something else sets up (GKE's GPUDirect plugins, the
+    EFA device plugin): pod annotations, a sidecar container (by name), device resources. Without them NCCL
+    falls back to TCP between nodes; ai-admission adds none of it (a wrong network or sidecar breaks NCCL), it
+    says what is missing."""
+
+    annotations: tuple[str, ...] = ()
+    sidecars: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class FabricSettings:
     """Which network fabric a pod's nodes have, and the NCCL env for each fabric (see rules `fabrics`)."""
 
@@ -171,6 +184,7 @@ class FabricSettings:
     from_nodes: tuple[FabricSignal, ...] = ()   # what the nodes publish (the node watch)
     from_pod: tuple[FabricSignal, ...] = ()     # what the pod asks for (an RDMA or EFA device)
     host_interfaces: Mapping[str, str] = field(default_factory=dict)  # fabric -> interface host-network pods see
+    needs: Mapping[str, FabricNeeds] = field(default_factory=dict)  # fabric -> what the pod must carry for it
 
 
 @dataclass(frozen=True)
@@ -807,6 +821,7 @@ def _compile_fabrics(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel], s
     named += [(f"{part}[{i}]", e["fabric"]) for part in ("fromNodes", "fromPod")
               for i, e in enumerate(spec.get(part) or ())]
     named += [(f"hostInterfaces.{f}", f) for f in spec.get("hostInterfaces") or {}]
+    named += [(f"needs.{f}", f) for f in spec.get("needs") or {}]
     for where, fabric in named:
         if fabric not in env:
             raise _fail(source, ["fabrics", where], f"fabric {fabric!r} has no entry under fabrics.env")
@@ -819,7 +834,10 @@ def _compile_fabrics(spec: Mapping[str, Any], catalog: Mapping[str, GpuModel], s
         env=env,
         from_nodes=tuple(_fabric_signal(e) for e in spec.get("fromNodes") or ()),
         from_pod=tuple(_fabric_signal(e) for e in spec.get("fromPod") or ()),
-        host_interfaces=dict(spec.get("hostInterfaces") or {}))
+        host_interfaces=dict(spec.get("hostInterfaces") or {}),
+        needs={fabric: FabricNeeds(annotations=tuple(n.get("annotations") or ()), sidecars=tuple(n.get("sidecars") or ()),
+                                   resources=tuple(n.get("resources") or ()), source=str(n.get("source") or ""))
+               for fabric, n in (spec.get("needs") or {}).items()})
 
 
 def _fabric_signal(spec: Mapping[str, Any]) -> FabricSignal:

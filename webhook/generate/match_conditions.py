@@ -13,8 +13,9 @@ A pod can be acted on only when one of these holds, so the condition is their di
 - it takes DRA claims (``spec.resourceClaims``), when the rules know GPU device classes: its GPUs are in the
   claims, which the API server's CEL cannot look up;
 - it carries an ``ai-admission.io/`` annotation (the class, the model, the memory: hints, or bad hints);
-- it may take a path to a GPU that is not a request (a device variable, a GPU RuntimeClass, privileged, a CDI
-  annotation, a device-request mount, a hostPath, a DeviceClass's implicit resource): `bypass_clauses`;
+- it may take a path to a GPU that is not a request (a device variable, env from a ConfigMap or Secret that may
+  hold one, a GPU RuntimeClass, privileged, a CDI annotation, a device-request mount, a hostPath, a DeviceClass's
+  implicit resource): `bypass_clauses`;
 - it could match a signal that does not require an accelerator: the signal's owner kinds, label keys (and
   values), env names, each as CEL; a signal with ``requiresAccelerator`` is covered by the first clause.
 
@@ -122,6 +123,9 @@ def bypass_clauses(rules: Rules) -> list[str]:
     names = [*bypasses.visible_devices_env, *bypasses.other_env]
     if names:
         clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.env) && c.env.exists(e, e.name in {cel_list(names)}))")
+    if bypasses.visible_devices_env:  # a ConfigMap's or Secret's keys may name it: /mutate voids it (env_sources)
+        clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.envFrom) && c.envFrom.exists(f, has(f.configMapRef) || "
+                       f"has(f.secretRef)))")
     if bypasses.runtime_classes:
         clauses.append(f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
                        f"{cel_list(bypasses.runtime_classes)}")

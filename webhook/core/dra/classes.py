@@ -28,7 +28,7 @@ from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.rules import Rules
 
 from .cel import ATTRIBUTE, CAPACITY, read_selector
-from .rules import DEVICE_CLASS_RESOURCE_PREFIX, DraRules, GpuDeviceClass, mig_profile_memory
+from .rules import DraRules, GpuDeviceClass, mig_profile_memory
 
 GROUP = "resource.k8s.io"
 KIND = "DeviceClass"
@@ -124,9 +124,7 @@ def with_device_classes(rules: Rules, classes: Iterable[GpuDeviceClass]) -> Rule
             held = serving.get(resource)
             if held is None or device_class.created > held.created:
                 serving[resource] = device_class
-    extended = set(rules.dra.extended_resources)
-    extended.update(resource for resource, c in serving.items()
-                    if not resource.startswith(DEVICE_CLASS_RESOURCE_PREFIX) or not c.mig)
+    extended = set(rules.dra.extended_resources) | set(serving)
     dra: DraRules = replace(rules.dra, device_classes=merged, extended_resources=frozenset(extended), serving=serving)
     return replace(rules, dra=dra)
 

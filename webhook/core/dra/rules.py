@@ -73,10 +73,11 @@ class DraRules:
 
     device_classes: Mapping[str, GpuDeviceClass] = field(default_factory=dict)
     allow_allocation_mode_all: bool = False
-    # deviceclass.resource.kubernetes.io/<class> of the whole-GPU classes, and the extendedResourceName of the
-    # cluster's: accelerators like nvidia.com/gpu
+    # deviceclass.resource.kubernetes.io/<class> of every GPU class, whole GPUs or MIG slices, and the
+    # extendedResourceName of the cluster's: accelerators like nvidia.com/gpu
     extended_resources: frozenset[str] = frozenset()
-    # extended resource -> the class whose devices serve it, where one does (the cluster's classes)
+    # extended resource -> the class whose devices serve it (each class its implicit name, the cluster's classes
+    # their extendedResourceName too): what the class pins (model, memory, MIG profile) is what the name asks for
     serving: Mapping[str, GpuDeviceClass] = field(default_factory=dict)
 
 
@@ -121,7 +122,8 @@ def compile_dra(document: Any, *, catalog: Collection[str], fail: Fail) -> DraRu
     return DraRules(
         device_classes=classes,
         allow_allocation_mode_all=bool(document.get("allowAllocationModeAll", False)),
-        extended_resources=frozenset(DEVICE_CLASS_RESOURCE_PREFIX + c.name for c in classes.values() if not c.mig),
+        extended_resources=frozenset(DEVICE_CLASS_RESOURCE_PREFIX + c.name for c in classes.values()),
+        serving={DEVICE_CLASS_RESOURCE_PREFIX + c.name: c for c in classes.values()},
     )
 
 
