@@ -2,8 +2,8 @@
 
 The core (`webhook/core`: parsing the review, the profile, classification, findings, mutation, templates) runs on
 every pod creation in the cluster, and it is plain typed Python over dicts, which mypyc compiles as it is: the same
-sources, about a third fewer instructions per request (see docs/contributors/benchmarks.md). The Flask shell and the tooling
-stay interpreted. The sources remain the truth: the compiled modules are built from them (``make
+sources, about 40% fewer instructions for the decision in-process (see docs/contributors/benchmarks.md). The Flask
+shell and the tooling stay interpreted. The sources remain the truth: the compiled modules are built from them (``make
 compile`` in a checkout, ``pip wheel .`` for the image), and with ``AI_ADMISSION_PURE_PYTHON=1`` set at build
 time, or without a C compiler at ``make compile``, ai-admission runs the same code interpreted.
 """

@@ -36,7 +36,7 @@ def test_the_tree_keeps_its_layers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("webhook/core/policy.py", "from webhook.server import metrics", "Layers: cli > server"),
+    ("webhook/core/validate.py", "from webhook.server import metrics", "Layers: cli > server"),
     ("webhook/core/mutate.py", "import threading", "The core does no I/O"),
     ("webhook/cluster/nodes.py", "from webhook.generate import webhooks", "Layers: cli > server"),
     ("certs/__init__.py", "from webhook.cluster import client", "The certificate tooling stands alone"),

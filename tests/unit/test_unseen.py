@@ -79,23 +79,34 @@ TRAPS = [(f, trap) for f, entry in sorted(ORACLE.items())
 @pytest.mark.parametrize("filename,trap", TRAPS, ids=[f"{f}:{t['kind']}:{t['name']}" for f, t in TRAPS])
 def test_what_only_looks_like_a_gpu_spec_is_not_judged_as_one(filename: str, trap: dict[str, Any],
                                                               rules: Rules) -> None:
+    """Each trap is matched and checked: a result of it that is no GPU spec, or no result at all (skipped: nothing
+    to judge). A trap matching nothing would pass with any input, so that is asserted too."""
     found = report(filename, rules)
     where = trap.get("where")
     container = re.fullmatch(r"spec\.(initContainers|containers)\[([0-9]+)\]", where or "")
+    checked = 0
     for result in found.results:
         if result.kind != trap["kind"] or result.name != trap["name"]:
             continue
         if result.kind in ("ResourceClaimTemplate", "ResourceClaim"):
+            checked += 1
             continue  # a claim is judged at its own admission (its pod with it)
         profile = result.verdict.profile
         if container is not None and result.path is None:  # one container of a GPU pod: it holds no accelerator
             assert profile is not None
             assert (container.group(1), int(container.group(2))) not in profile.accelerator_containers
+            checked += 1
             continue
         if where is not None and result.path != where:
             continue
         assert profile is None or profile.gpu_count == 0, f"{trap['kind']} {trap['name']} judged as a GPU spec"
         assert not {f.code for f in result.verdict.findings} & set(MISSING.values())
+        checked += 1
+    if not checked:  # not judged at all: the object was read (skipped, or judged at its GPU paths only)
+        read = {(str(d.obj.get("kind")), str((d.obj.get("metadata") or {}).get("name"))) for d in found.skipped}
+        read |= {(r.kind, r.name) for r in found.results}
+        assert (trap["kind"], trap["name"]) in read, f"the trap {trap['kind']} {trap['name']} matched nothing"
+        assert where is None or all(r.path != where for r in found.results if r.name == trap["name"])
 
 
 def test_the_check_says_which_reader_judged_each_object_and_what_it_did_not_read() -> None:

@@ -1,7 +1,8 @@
 """Every setting of the server, read once from the environment into one frozen object that is passed in.
 
-The table below is the only place that names an ``AI_ADMISSION_*`` variable (the gunicorn master sets the two
-internal ones for its workers); `Settings.from_environ` reads them all at once and says which one is wrong, and
+The table below is the one table of the ``AI_ADMISSION_*`` variables and the only code that reads them (the
+gunicorn master sets the two internal ones for its workers, and ``ai-admission serve`` the rules file and the
+TLS directory for the server it starts); `Settings.from_environ` reads them all at once and says which one is wrong, and
 the documentation's table of variables is generated from `VARIABLES` (a test fails when it drifts). Nothing
 deeper in the code reads ``os.environ``: the app factory, the background services and the gunicorn
 configuration get a `Settings`, and tests build their own.

@@ -8,8 +8,8 @@ compiled). It runs on every pod creation in the cluster, so setup.py compiles ev
 `make lint` enforces the rule with import-linter (the contracts in setup.cfg).
 
 One direction of flow, a module per step: request (`review`) -> pod (`podview`, `hints`) -> class (`classify`)
--> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`policy`, `findings`) -> verdict
-(`admission`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
+-> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`validate.CHECKS`, `findings`) -> verdict
+(`admission.verdict_of`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
 become the pods they make (`templates`, `kinds`); the rules are compiled once (`rules`); the cluster's facts are
 values (`facts`, `nodes`, `catalog`); sets of objects are judged by `documents`.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import podview
 from .backends import backend_findings, owner_mutation
@@ -21,11 +21,11 @@ from .generic import generic_templates, readable
 from .kinds import group_of, templates_of
 from .mutate import mutate_pod
 from .parallelism import World
-from .policy import evaluate
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
 from .templates import TABLE_READER, Resolver
+from .validate import Review, validate
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -96,6 +96,18 @@ def _apply_mode(*, mode: str, profile: Profile | None, findings: tuple[Finding, 
                    audit_annotations=audit)
 
 
+def verdict_of(findings: Iterable[Finding], *, mode: str, header: str, profile: Profile | None = None,
+               notes: Sequence[str] = ()) -> Verdict:
+    """The one way findings become a verdict, for pods, templates, objects as a whole, claims and ephemeral
+    containers: denials first (each kind in the order found), ``header`` and a line per denial as the message,
+    ``notes`` then the warnings' messages as warnings, and the mode applied (`_apply_mode`)."""
+    ordered = tuple(sorted(findings, key=lambda f: f.severity != "deny"))
+    denials = [f for f in ordered if f.severity == "deny"]
+    denial = "\n".join([header, *(f"- {f.message}" for f in denials)]) if denials else None
+    return _apply_mode(mode=mode, profile=profile, findings=ordered, denial=denial,
+                       warnings=[*notes, *(f.message for f in ordered if f.severity == "warn")])
+
+
 def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
               notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None, namespace: str = "",
               template: bool = False) -> Verdict:
@@ -108,21 +120,8 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, 
     ``template``: the pod a controller's template makes, whose object `judge_object` holds to the backend as a whole.
     """
     profile = build_profile(pod, rules, claims, world=world)
-    evaluated = evaluate(pod, profile, rules)
-    if rules.scheduler.active and not template and not podview.owners(pod):  # a plain pod's queue and topology
-        evaluated = [*evaluated, *backend_findings(
-            pod, group="", kind="Pod", pods=[pod], profiles=[profile], replicas=[1], rules=rules,
-            namespace=namespace or str(podview.metadata(pod).get("namespace") or ""))]
-        evaluated.sort(key=lambda f: f.severity != "deny")
-    if rules.bypasses.enabled:
-        found = bypass_findings(pod, profile, rules, namespace or str(podview.metadata(pod).get("namespace") or ""))
-        if found:
-            evaluated = sorted([*evaluated, *found], key=lambda f: f.severity != "deny")
-    findings = tuple(evaluated)
-    denials = [f for f in findings if f.severity == "deny"]
-    denial = "\n".join([_header(subject, profile), *(f"- {f.message}" for f in denials)]) if denials else None
-    return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
-                       warnings=[*notes, *(f.message for f in findings if f.severity == "warn")])
+    findings = validate(Review(pod, profile, rules, namespace=namespace, template=template))
+    return verdict_of(findings, mode=mode, header=_header(subject, profile), profile=profile, notes=notes)
 
 
 @dataclass
@@ -192,11 +191,7 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
     extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found], profiles=profiles,
                              replicas=[t.replicas for t in found], rules=rules, namespace=namespace)
     if extra:  # the object as a whole: a result of its own, path "" (check and audit list it beside the templates)
-        denials = [f for f in extra if f.severity == "deny"]
-        denial = "\n".join([f"{subject} was denied by ai-admission:", *(f"- {f.message}" for f in denials)]) \
-            if denials else None
-        whole = _apply_mode(mode=mode, profile=None, findings=tuple(extra), denial=denial,
-                            warnings=[f.message for f in extra if f.severity == "warn"])
+        whole = verdict_of(extra, mode=mode, header=f"{subject} was denied by ai-admission:")
         results = [*results, TemplateVerdict(path="", pod={}, verdict=whole, reader=WHOLE_READER)]
     return _compose(mode, results), results
 
@@ -241,12 +236,8 @@ def judge_claim(obj: Mapping[str, Any], *, rules: Rules, mode: str, kind: str, n
         return None
     if old is not None and dra.judged_parts(old, kind) == dra.judged_parts(obj, kind):
         return None
-    findings = tuple(dra.claim_findings(obj, kind, rules))
-    denials = [f for f in findings if f.severity == "deny"]
-    header = f"{object_subject(obj, kind=kind, namespace=namespace)} was denied by ai-admission:"
-    denial = "\n".join([header, *(f"- {f.message}" for f in denials)]) if denials else None
-    return _apply_mode(mode=mode, profile=None, findings=findings, denial=denial,
-                       warnings=[f.message for f in findings if f.severity == "warn"])
+    return verdict_of(dra.claim_findings(obj, kind, rules), mode=mode,
+                      header=f"{object_subject(obj, kind=kind, namespace=namespace)} was denied by ai-admission:")
 
 
 def subject_of(request: AdmissionRequest) -> str:
@@ -368,14 +359,11 @@ def ephemeral_verdict(pod: Mapping[str, Any], old: Mapping[str, Any] | None, *, 
             "spec": {"ephemeralContainers": [c for _, c in added],
                      "serviceAccountName": podview.spec(pod).get("serviceAccountName")}}
     profile = build_profile(view, rules)
-    findings = tuple(bypass_findings(view, profile, rules, namespace))
+    findings = bypass_findings(view, profile, rules, namespace)
     if not findings:
         return None
-    denials = [f for f in findings if f.severity == "deny"]
-    denial = "\n".join([f"{subject}: an ephemeral container was denied by ai-admission:",
-                         *(f"- {f.message}" for f in denials)]) if denials else None
-    return _apply_mode(mode=mode, profile=profile, findings=findings, denial=denial,
-                       warnings=[f.message for f in findings if f.severity == "warn"])
+    return verdict_of(findings, mode=mode, header=f"{subject}: an ephemeral container was denied by ai-admission:",
+                      profile=profile)
 
 
 def respond(request: AdmissionRequest, verdict: Verdict | None) -> dict[str, Any]:

@@ -36,9 +36,9 @@ from webhook.core import names
 from webhook.core.bypass_rules import PATHS as BYPASS_PATHS
 from webhook.core.kinds import KINDS
 from webhook.core.names import MODE_LABEL
-from webhook.core.policy import memory_fix, model_fix
 from webhook.core.rules import MODES, Rules
 from webhook.core.templates import BUILT, POD_SPEC, Site
+from webhook.core.validate import memory_fix, model_fix
 
 from .match_conditions import (
     accelerator_clause,

@@ -1,17 +1,23 @@
-"""Validation: from a profile to findings, each with a message that says exactly what to add or change.
+"""Validation: from a pod and its profile to findings, each with a message that says exactly what to add or change.
 
-Deny findings are the hard rules (under-specified or impossible GPU requests, a priority class the workload
-class may not take); warn findings are advice (host memory, PCIe tensor parallelism, QoS of training).
-Whether a deny finding rejects the pod is the mode's business (see `admission`), not this module's.
+`CHECKS` is every check a pod is held to, in order, as `webhook.core.mutate.STEPS` is every change made to it:
+the profile's own problems, the GPUs (model, memory, count), the PriorityClass, accelerators the rules do not know,
+host memory, tensor parallelism over PCIe, the QoS of training, a plain pod's scheduler backend (its queue and
+topology), and the paths to a GPU that are not requests (`webhook.core.bypasses`). Deny findings are the hard
+rules; warn findings are advice. Whether a deny finding rejects the pod is the mode's business
+(`webhook.core.admission.verdict_of`), not this module's.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import names, podview
+from .backends import backend_findings
+from .bypasses import bypass_findings
 from .findings import Finding, deny, warn
 from .models import bigger_models, known_models, models_of
 from .profile import Profile
@@ -261,36 +267,95 @@ def _qos_finding(pod: Mapping[str, Any]) -> Finding | None:
     return None
 
 
-def evaluate(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> list[Finding]:
-    """Every finding for ``pod``: deny findings first (in a stable order), then warnings."""
-    found: list[Finding] = list(profile.problems)
-    if profile.gpu_count:
-        denials, notes = _gpu_findings(profile, rules)
-        found.extend(denials)
-        found.extend(notes)
-    priority = _priority_finding(pod, profile, rules)
-    if priority:
-        found.append(priority)
-    if profile.gpu_count:
-        for resource in sorted(profile.gpus):
-            if rules.is_unknown_accelerator(resource):
-                found.append(warn("unknown-accelerator",
-                                  f"{resource} is not an accelerator the rules know; it is judged as a GPU (vendor "
-                                  f"not checked): add it to accelerators.resources with its vendor, or to "
-                                  f"accelerators.notAccelerators if it is not a GPU"))
-        if rules.warn_missing_host_memory:
-            found.extend(_host_memory_findings(pod, profile))
-        model = profile.model
-        parallel = profile.tensor_parallel
-        if (rules.warn_tensor_parallel_over_pcie and model is not None and model.interconnect == "pcie"
-                and parallel is not None and parallel[0] > 1 and profile.gpu_count > 1):
-            found.append(warn("tensor-parallel-over-pcie",
-                              f"the model is split over {parallel[0]} {model.name} cards joined only by PCIe "
-                              f"({parallel[1]}); tensor parallelism will be slow, prefer an NVLink model or fewer, "
-                              f"larger cards"))
-    policy = rules.classes.get(profile.workload)
-    if policy is not None and policy.warn_guaranteed_qos:
-        qos = _qos_finding(pod)
-        if qos:
-            found.append(qos)
-    return sorted(found, key=lambda f: f.severity != "deny")
+@dataclass(frozen=True)
+class Review:
+    """What every check reads: the pod, its profile, the rules, the namespace it is created in (the request's,
+    else its own: GPU infrastructure's namespaces are exempt from the bypass checks), and whether it is the pod a
+    controller's template makes (its object is then held to the backend as a whole, once)."""
+
+    pod: Mapping[str, Any]
+    profile: Profile
+    rules: Rules
+    namespace: str = ""
+    template: bool = False
+
+
+Check = Callable[[Review], Iterable[Finding]]
+
+
+def _problems(r: Review) -> Iterable[Finding]:
+    return r.profile.problems
+
+
+def _gpus(r: Review) -> Iterable[Finding]:
+    if not r.profile.gpu_count:
+        return ()
+    denials, notes = _gpu_findings(r.profile, r.rules)
+    return [*denials, *notes]
+
+
+def _priority(r: Review) -> Iterable[Finding]:
+    found = _priority_finding(r.pod, r.profile, r.rules)
+    return (found,) if found else ()
+
+
+def _unknown_accelerators(r: Review) -> Iterable[Finding]:
+    if not r.profile.gpu_count:
+        return ()
+    return [warn("unknown-accelerator", f"{resource} is not an accelerator the rules know; it is judged as a GPU "
+                                        f"(vendor not checked): add it to accelerators.resources with its vendor, "
+                                        f"or to accelerators.notAccelerators if it is not a GPU")
+            for resource in sorted(r.profile.gpus) if r.rules.is_unknown_accelerator(resource)]
+
+
+def _host_memory(r: Review) -> Iterable[Finding]:
+    if not r.profile.gpu_count or not r.rules.warn_missing_host_memory:
+        return ()
+    return _host_memory_findings(r.pod, r.profile)
+
+
+def _tensor_parallel(r: Review) -> Iterable[Finding]:
+    profile = r.profile
+    model = profile.model
+    parallel = profile.tensor_parallel
+    if (not profile.gpu_count or not r.rules.warn_tensor_parallel_over_pcie or model is None
+            or model.interconnect != "pcie" or parallel is None or parallel[0] <= 1 or profile.gpu_count <= 1):
+        return ()
+    return (warn("tensor-parallel-over-pcie",
+                 f"the model is split over {parallel[0]} {model.name} cards joined only by PCIe ({parallel[1]}); "
+                 f"tensor parallelism will be slow, prefer an NVLink model or fewer, larger cards"),)
+
+
+def _qos(r: Review) -> Iterable[Finding]:
+    policy = r.rules.classes.get(r.profile.workload)
+    if policy is None or not policy.warn_guaranteed_qos:
+        return ()
+    found = _qos_finding(r.pod)
+    return (found,) if found else ()
+
+
+def _backend(r: Review) -> Iterable[Finding]:
+    """A plain pod's queue and topology (a template's pods are held to the backend through their object)."""
+    if not r.rules.scheduler.active or r.template or podview.owners(r.pod):
+        return ()
+    return backend_findings(r.pod, group="", kind="Pod", pods=[r.pod], profiles=[r.profile], replicas=[1],
+                            rules=r.rules, namespace=_namespace(r))
+
+
+def _bypasses(r: Review) -> Iterable[Finding]:
+    if not r.rules.bypasses.enabled:
+        return ()
+    return bypass_findings(r.pod, r.profile, r.rules, _namespace(r))
+
+
+def _namespace(r: Review) -> str:
+    return r.namespace or str(podview.metadata(r.pod).get("namespace") or "")
+
+
+CHECKS: tuple[Check, ...] = (_problems, _gpus, _priority, _unknown_accelerators, _host_memory, _tensor_parallel, _qos,
+                             _backend, _bypasses)
+
+
+def validate(review: Review) -> list[Finding]:
+    """Every finding of every check, in the order of `CHECKS` (`verdict_of` puts the denials first)."""
+    return [finding for check in CHECKS for finding in check(review)]
