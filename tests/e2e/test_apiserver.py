@@ -44,8 +44,8 @@ from tests.support.fixtures import POD_CASES, PodCase, pod_cases
 from tests.support.metrics import metric, settled
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import judge_object
-from webhook.core.kinds import KINDS, group_of
 from webhook.core.rules import Rules
+from webhook.core.workloads.kinds import KINDS, group_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("webhook_installed")]
 

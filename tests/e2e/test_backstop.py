@@ -36,8 +36,8 @@ from tests.support.e2e_install import (
 )
 from tests.support.fixtures import POD_CASES
 from webhook.core.admission import judge_object, judge_pod, mutate_verdict
-from webhook.core.kinds import KINDS, group_of
 from webhook.core.rules import Rules
+from webhook.core.workloads.kinds import KINDS, group_of
 from webhook.generate import backstop
 from webhook.generate.webhooks import priority_classes
 

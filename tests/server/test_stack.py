@@ -18,8 +18,8 @@ from tests.support.fixtures import EXPECTED, STACK
 from tests.support.reviews import admission_review
 from webhook.cli.check import read_documents
 from webhook.core.documents import check
-from webhook.core.kinds import KINDS, group_of
 from webhook.core.rules import Rules
+from webhook.core.workloads.kinds import KINDS, group_of
 
 
 def _review(obj: dict[str, Any]) -> dict[str, Any]:

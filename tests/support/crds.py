@@ -1,6 +1,6 @@
 """CustomResourceDefinitions of the AI kinds, for the test API server.
 
-Each is named as its project publishes it (group, kind, plural and scope from `webhook.core.kinds`, which cites the
+Each is named as its project publishes it (group, kind, plural and scope from `webhook.core.workloads.kinds`, which cites the
 project's API types, or from the rules' ``genericKinds``), served at the versions the test manifests use. The schema keeps every field
 (``x-kubernetes-preserve-unknown-fields``): what the tests observe is admission, not each project's own
 validation, and a pruning schema would drop the very fields ai-admission reads.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from webhook.core.kinds import KINDS, group_of
 from webhook.core.rules import GenericKind
+from webhook.core.workloads.kinds import KINDS, group_of
 
 BUILT_IN_GROUPS = frozenset({"", "apps", "batch"})
 

@@ -23,7 +23,7 @@ from tests.support.builders import rules_with
 from tests.support.clusters import gke_cluster, with_nodes
 from tests.support.reviews import K8S_VERSION, apply_verdict, assert_valid_pod
 from webhook.core.admission import Verdict, judge_object, judge_pod, mutate_verdict, owner_verdict
-from webhook.core.backends import RUNTIME_PATCH_MANAGER, parse_path, with_queues
+from webhook.core.backends.scheduling import RUNTIME_PATCH_MANAGER, parse_path, with_queues
 from webhook.core.rules import Rules, RulesError
 
 BACKENDS = ("kueue", "kai", "volcano", "coscheduling")
@@ -677,7 +677,7 @@ def test_check_reads_the_queues_among_its_input(tmp_path: Any) -> None:
 # -- the webhook configuration: owners reach /mutate at their CREATE, before Kueue's and Volcano's webhooks ----
 
 def test_with_a_backend_owners_reach_the_mutating_webhook_at_their_create(rules: Rules) -> None:
-    from webhook.core.kinds import KINDS
+    from webhook.core.workloads.kinds import KINDS
     from webhook.generate.webhooks import webhook_configurations
 
     for chosen, owners_sent in ((backend_rules("kueue", nodes=False), True), (rules, False)):

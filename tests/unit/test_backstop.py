@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import RULES_FILE
 from webhook.config.rules_file import load_rules
-from webhook.core.kinds import KINDS
 from webhook.core.rules import compile_rules
+from webhook.core.workloads.kinds import KINDS
 from webhook.generate import backstop
 from webhook.generate.match_conditions import cel_string
 

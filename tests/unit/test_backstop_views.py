@@ -21,7 +21,7 @@ from cel_expr_python.ext import ext_optional, ext_strings
 from tests.conftest import ROOT, RULES_FILE
 from webhook.config.rules_file import load_rules
 from webhook.core import podview
-from webhook.core.kinds import KINDS, group_of, templates_of
+from webhook.core.workloads.kinds import KINDS, group_of, templates_of
 from webhook.generate import backstop
 
 RULES = load_rules(RULES_FILE)

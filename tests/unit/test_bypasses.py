@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 from tests.support.builders import CLI
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import decide, judge_object, judge_pod, mutate_verdict
-from webhook.core.bypasses import visible_devices_problem
+from webhook.core.bypasses.paths import visible_devices_problem
 from webhook.core.review import parse_review
 from webhook.core.rules import Rules, compile_rules
 from webhook.generate import backstop

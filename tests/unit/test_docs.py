@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import ROOT
 from webhook.cli.reference import PAGES
-from webhook.core.bypass_rules import PATHS as BYPASS_PATHS
+from webhook.core.bypasses.rules import PATHS as BYPASS_PATHS
 from webhook.core.findings import CODES
 
 README = ROOT / "README.md"
@@ -113,7 +113,7 @@ def given_codes() -> dict[str, set[str]]:
             if name in ("deny", "warn") and isinstance(first, ast.Constant) and isinstance(first.value, str):
                 found.setdefault(first.value, set()).add(_relative(path))
     for code in BYPASS_PATHS.values():  # the bypass findings take their codes from their table, by path
-        found.setdefault(code, set()).add("webhook/core/bypass_rules.py")
+        found.setdefault(code, set()).add("webhook/core/bypasses/rules.py")
     return found
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.core.admission import judge_object
-from webhook.core.generic import CONTAINER_READER, COUNT_READER, POD_SPEC_READER, generic_templates, gpu_mentions
-from webhook.core.kinds import templates_of
 from webhook.core.rules import Rules
+from webhook.core.workloads.generic import CONTAINER_READER, COUNT_READER, POD_SPEC_READER, generic_templates, gpu_mentions
+from webhook.core.workloads.kinds import templates_of
 
 GPU8 = {"limits": {"nvidia.com/gpu": "8", "memory": "512Gi"}, "requests": {"nvidia.com/gpu": "8", "memory": "512Gi"}}
 

@@ -14,8 +14,8 @@ import yaml
 from tests.conftest import ROOT, RULES_FILE
 from tests.support.builders import CLI, find, render
 from tests.support.reviews import K8S_VERSION
-from webhook.core.kinds import KINDS
 from webhook.core.rules import Rules
+from webhook.core.workloads.kinds import KINDS
 from webhook.server.draining import GRACEFUL_SECONDS
 
 OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",

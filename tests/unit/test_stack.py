@@ -20,8 +20,8 @@ from tests.support.builders import CLI
 from tests.support.fixtures import EXPECTED, STACK
 from webhook.cli.check import read_documents
 from webhook.core.documents import check
-from webhook.core.generic import generic_templates
 from webhook.core.rules import Rules
+from webhook.core.workloads.generic import generic_templates
 
 
 def rows(paths: list[str], rules: Rules) -> list[list[Any]]:

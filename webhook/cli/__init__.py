@@ -109,7 +109,7 @@ def _check(args: argparse.Namespace) -> int:
         if rules.scheduler.active:
             from webhook.cluster import client as kube
             from webhook.cluster.queues import list_queues
-            from webhook.core.backends import with_queues
+            from webhook.core.backends.scheduling import with_queues
 
             try:
                 queues = list_queues(kube.client(args.kubeconfig), rules.scheduler.backend.queue_kinds)

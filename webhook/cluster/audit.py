@@ -15,9 +15,9 @@ from typing import Any, Iterable
 
 from webhook.core.admission import resolve_mode
 from webhook.core.documents import Document, Report, Result, check
-from webhook.core.kinds import KINDS
 from webhook.core.names import MODE_LABEL
 from webhook.core.rules import MODES, Rules
+from webhook.core.workloads.kinds import KINDS
 
 from . import client as kube
 
@@ -46,7 +46,7 @@ def severity(result: Result) -> str:
 
 
 def kinds(api: Any, rules: Rules | None = None) -> list[tuple[str, str, str, str, bool]]:
-    """(group, version, kind, plural, namespaced) of pods, of every kind of webhook.core.kinds and of the rules'
+    """(group, version, kind, plural, namespaced) of pods, of every kind of webhook.core.workloads.kinds and of the rules'
     ``genericKinds`` whose API group the cluster serves, of DeviceClasses (their GPU classes join the rules) and of
     ConfigMaps (what a container's envFrom gives it)."""
     versions = {"": "v1", **kube.preferred_versions(api)}  # the core group is not in /apis

@@ -1,6 +1,6 @@
 """The scheduler backend's queues, watched: Kueue's LocalQueues and ClusterQueues, KAI's and Volcano's Queues,
 coscheduling's PodGroups (the rules' ``scheduler.backends.<backend>.queueKinds``), kept for the checks that a
-workload's queue exists and can hold it (`webhook.core.queues`). One `Informer` per kind; only the parts the checks
+workload's queue exists and can hold it (`webhook.core.backends.queues`). One `Informer` per kind; only the parts the checks
 read are kept (names, spec, status state). RBAC: ``list`` and ``watch`` on those kinds
 (manifests/base/rbac.yaml, ClusterRole ai-admission-read-queues)."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
-from webhook.core.backend_rules import QueueKind
+from webhook.core.backends.rules import QueueKind
 
 from . import client as kube
 from .informer import Api, Informer, InformerGroup, ObjectStore, Observer, api_calls

@@ -7,9 +7,13 @@ imported from the layers above (`webhook.config`, `webhook.cluster`, `webhook.ge
 compiled). It runs on every pod creation in the cluster, so setup.py compiles every module here with mypyc;
 `make lint` enforces the rule with import-linter (the contracts in setup.cfg).
 
+The spine is flat and the features that span its stages are folders beside it (`workloads`, `backends`,
+`bypasses`, `dra`), each with its rules block, findings and writes; `validate.CHECKS` and `mutate.STEPS` list what
+is decided, and setup.cfg's "The core's order" contract keeps the direction.
+
 One direction of flow, a module per step: request (`review`) -> pod (`podview`, `hints`) -> class (`classify`)
 -> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`validate.CHECKS`, `findings`) -> verdict
 (`admission.verdict_of`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
-become the pods they make (`templates`, `kinds`); the rules are compiled once (`rules`); the cluster's facts are
+become the pods they make (`workloads`); the rules are compiled once (`rules`); the cluster's facts are
 values (`facts`, `nodes`, `catalog`); sets of objects are judged by `documents`.
 """

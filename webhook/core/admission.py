@@ -12,20 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import podview
-from .backends import backend_findings, owner_mutation
-from .bypasses import bypass_findings
+from .backends.scheduling import backend_findings, owner_mutation
+from .bypasses.paths import bypass_findings
 from .dra import claims as dra
 from .facts import NO_FACTS, ClusterFacts
 from .findings import Finding
-from .generic import generic_templates, readable
-from .kinds import group_of, templates_of
 from .mutate import mutate_pod
-from .parallelism import World
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
-from .templates import TABLE_READER, Resolver
 from .validate import Review, validate
+from .workloads.generic import generic_templates, readable
+from .workloads.kinds import group_of, templates_of
+from .workloads.parallelism import World
+from .workloads.templates import TABLE_READER, Resolver
 
 VALIDATE = "validate"
 MUTATE = "mutate"
@@ -116,7 +116,7 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, 
     ``world``: the job's size when known from a controller's template; ``notes``: what the reader should know about
     how a template was read, passed on as warnings; ``claims``: the DRA claims and templates of the pod's
     namespace, for a pod that takes GPUs through them; ``namespace``: the request's (else the pod's own), which
-    decides the exemptions of GPU infrastructure from the bypass findings (`webhook.core.bypasses`);
+    decides the exemptions of GPU infrastructure from the bypass findings (`webhook.core.bypasses.paths`);
     ``template``: the pod a controller's template makes, whose object `judge_object` holds to the backend as a whole.
     """
     profile = build_profile(pod, rules, claims, world=world)
@@ -307,7 +307,7 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
 def owner_verdict(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: str,
                   namespace: str = "") -> Verdict | None:
     """An owner of the kinds table at its CREATE, with the scheduler backend's vocabulary written on it and its
-    templates (`webhook.core.backends.owner_mutation`); None when the backend writes nothing."""
+    templates (`webhook.core.backends.scheduling.owner_mutation`); None when the backend writes nothing."""
     if not rules.scheduler.active:
         return None
     found = templates_of(obj, rules=rules, group=group, kind=kind)

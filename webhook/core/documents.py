@@ -12,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import env_sources, podview
+from . import podview
 from .admission import Verdict, is_pod, judge, resolve_mode
-from .backends import with_queues
+from .backends.scheduling import with_queues
+from .bypasses import env_sources
 from .dra import claims as dra
 from .dra.classes import classes_of, with_device_classes
-from .generic import gpu_mentions, readable
-from .kinds import KINDS, group_of
 from .mutate import mutate_pod
 from .rules import Rules
+from .workloads.generic import gpu_mentions, readable
+from .workloads.kinds import KINDS, group_of
 
 
 @dataclass(frozen=True)

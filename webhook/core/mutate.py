@@ -15,7 +15,9 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from . import backends, env_sources, names, placement, podview
+from . import names, placement, podview
+from .backends import scheduling
+from .bypasses import env_sources
 from .patch import Editor
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
@@ -490,10 +492,10 @@ def record_profile(ctx: _Context) -> None:
 
 
 def add_backend(ctx: _Context) -> None:
-    """The scheduler backend's vocabulary on the pod (`webhook.core.backends.pod_writes`): a plain pod's queue,
+    """The scheduler backend's vocabulary on the pod (`webhook.core.backends.scheduling.pod_writes`): a plain pod's queue,
     priority and scheduler; for a pod with an owner, what its template could not carry."""
     if ctx.rules.scheduler.active:
-        backends.pod_writes(ctx.pod, ctx.profile, ctx.rules, ctx.edit, ctx.warnings, ctx.job_label())
+        scheduling.pod_writes(ctx.pod, ctx.profile, ctx.rules, ctx.edit, ctx.warnings, ctx.job_label())
 
 
 def void_visible_devices(ctx: _Context) -> None:
@@ -519,7 +521,7 @@ def void_visible_devices(ctx: _Context) -> None:
 
 def void_env_from(pod: Mapping[str, Any], profile: Profile, rules: Rules, namespace: str) -> Mutation:
     """A pod that asks for no GPU: ``NVIDIA_VISIBLE_DEVICES=void`` on each container that takes env from a ConfigMap
-    or a Secret, whose keys admission cannot see (`webhook.core.env_sources`); told instead where the rules do not
+    or a Secret, whose keys admission cannot see (`webhook.core.bypasses.env_sources`); told instead where the rules do not
     void. GPU infrastructure's namespaces, and a container that names the variable itself, are left alone."""
     bypasses = rules.bypasses
     spec = podview.spec(pod)

@@ -4,7 +4,7 @@ GPU counts follow the scheduler's effective-request rule, so the profile agrees 
 actually hold: init containers run one at a time before the app containers, except restartable (sidecar) init
 containers that keep running beside everything started after them. The model and memory come from wherever the
 pod states them (`webhook.core.models`); a distributed job's memory need is spread over all its GPUs
-(`webhook.core.parallelism`).
+(`webhook.core.workloads.parallelism`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from .dra.rules import GpuDeviceClass
 from .findings import Finding, deny
 from .hints import Hints, read_hints
 from .models import MemoryStatement, ModelChoice, annotated_models, device_choice, pinned_models, stated_memory
-from .parallelism import SINGLE, World, tensor_parallel, world_of
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
+from .workloads.parallelism import SINGLE, World, tensor_parallel, world_of
 
 _GB = Decimal(10**9)
 

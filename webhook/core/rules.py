@@ -21,10 +21,10 @@ import yaml
 
 from webhook.core.dra.rules import DraRules, compile_dra
 
-from .backend_rules import SchedulerRules, compile_scheduler
-from .bypass_rules import BypassRules, compile_bypasses
+from .backends.queues import QueueIndex
+from .backends.rules import SchedulerRules, compile_scheduler
+from .bypasses.rules import BypassRules, compile_bypasses
 from .quantity import QuantityError, parse_quantity
-from .queues import QueueIndex
 
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
 MODES = ("deny", "warn", "audit")

@@ -3,7 +3,7 @@
 `CHECKS` is every check a pod is held to, in order, as `webhook.core.mutate.STEPS` is every change made to it:
 the profile's own problems, the GPUs (model, memory, count), the PriorityClass, accelerators the rules do not know,
 host memory, tensor parallelism over PCIe, the QoS of training, a plain pod's scheduler backend (its queue and
-topology), and the paths to a GPU that are not requests (`webhook.core.bypasses`). Deny findings are the hard
+topology), and the paths to a GPU that are not requests (`webhook.core.bypasses.paths`). Deny findings are the hard
 rules; warn findings are advice. Whether a deny finding rejects the pod is the mode's business
 (`webhook.core.admission.verdict_of`), not this module's.
 """
@@ -16,8 +16,8 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from . import names, podview
-from .backends import backend_findings
-from .bypasses import bypass_findings
+from .backends.scheduling import backend_findings
+from .bypasses.paths import bypass_findings
 from .findings import Finding, deny, warn
 from .models import bigger_models, known_models, models_of
 from .profile import Profile

@@ -10,7 +10,7 @@ real API server), and nothing else: unknown models, sizes that do not fit and ev
 
 How the CEL is built. Each pod-shaped thing of the request's object becomes a *view*: its path, the annotation
 maps the controller merges into the pod (later wins), and its pod spec. Views come from the same kind table the
-webhook walks (`webhook.core.kinds`): a site that holds a pod template or a bare pod spec is read at its path; a site
+webhook walks (`webhook.core.workloads.kinds`): a site that holds a pod template or a bare pod spec is read at its path; a site
 whose pod spec a builder assembles (KServe components, Dynamo services, Spark roles, Argo templates, the vLLM
 runtime, a TrainJob) has a CEL twin here, keyed by the builder, that assembles the fields the rule reads. The
 rule (`Rule`) then runs once over the views: every container's resources, the nodeSelector, the required
@@ -31,14 +31,14 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from webhook.core import kinds as kind_table
 from webhook.core import names
-from webhook.core.bypass_rules import PATHS as BYPASS_PATHS
-from webhook.core.kinds import KINDS
+from webhook.core.bypasses.rules import PATHS as BYPASS_PATHS
 from webhook.core.names import MODE_LABEL
 from webhook.core.rules import MODES, Rules
-from webhook.core.templates import BUILT, POD_SPEC, Site
 from webhook.core.validate import memory_fix, model_fix
+from webhook.core.workloads import kinds as kind_table
+from webhook.core.workloads.kinds import KINDS
+from webhook.core.workloads.templates import BUILT, POD_SPEC, Site
 
 from .match_conditions import (
     accelerator_clause,
@@ -182,7 +182,7 @@ class Cel:
         return " + ".join(f"({self.site_views(site, root, prefix)})" for site in entry.sites)
 
 
-# -- builders' twins: each mirrors one builder of webhook.core.kinds, field for field, as a pod spec -------------------
+# -- builders' twins: each mirrors one builder of webhook.core.workloads.kinds, field for field, as a pod spec -------------------
 
 def _spec(containers: str, init: str = "[]", node_selector: str = "{}", affinity: str = "{}",
           claims: str = "[]") -> str:
@@ -549,7 +549,7 @@ class Rule:
                 and all(choices.get(path, "deny") == "deny" for choices in bypasses.by_class.values())]
 
     def bypasses(self, v: str) -> str:
-        """`webhook.core.bypasses.bypass_findings`, for the paths the policy denies: the reason codes of the view's
+        """`webhook.core.bypasses.paths.bypass_findings`, for the paths the policy denies: the reason codes of the view's
         paths to a GPU that are not requests ([] when its namespace or service account is exempt). ``asks`` and
         ``al`` (each container's accelerators, in the order of ``cs``) are bound by `facts`."""
         rules = self.rules.bypasses

@@ -113,7 +113,7 @@ def share_annotation_clause(rules: Rules) -> list[str]:
 
 
 def bypass_clauses(rules: Rules) -> list[str]:
-    """The pod may take a path to a GPU that is not a request (`webhook.core.bypasses`): a device variable in an env,
+    """The pod may take a path to a GPU that is not a request (`webhook.core.bypasses.paths`): a device variable in an env,
     a GPU RuntimeClass, a privileged container, a CDI annotation, a device-request mount, a hostPath (any: a
     superset of the device paths), a DeviceClass's implicit resource."""
     bypasses = rules.bypasses

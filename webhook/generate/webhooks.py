@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from webhook.core.dra.claims import GROUP as DRA_GROUP
-from webhook.core.kinds import KINDS
 from webhook.core.names import MODE_LABEL
 from webhook.core.rules import Rules
+from webhook.core.workloads.kinds import KINDS
 
 from .match_conditions import match_conditions
 
@@ -61,7 +61,7 @@ def _namespace_selector(mode: str | None) -> dict[str, Any]:
 
 
 def _template_rules(rules: Rules, *, table_only: bool = False) -> list[dict[str, Any]]:
-    """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.core.kinds) and
+    """One rule per API group and scope, for every kind whose templates ai-admission judges (webhook.core.workloads.kinds) and
     every custom resource the rules have it read by shape (``genericKinds``; not with ``table_only``)."""
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
     listed: list[tuple[str, str, str]] = [(k.group, k.scope, k.resource) for k in KINDS.values()]

@@ -19,9 +19,9 @@ from webhook.config.settings import Settings
 from webhook.core import podview
 from webhook.core.admission import MUTATE, VALIDATE, Verdict, decide, respond
 from webhook.core.dra.claims import CLAIM, CLAIM_TEMPLATE
-from webhook.core.kinds import KINDS
 from webhook.core.review import AdmissionRequest, ReviewError, build_response, parse_review
 from webhook.core.rules import MODES
+from webhook.core.workloads.kinds import KINDS
 
 from .decision_cache import DecisionCache
 from .logs import AdmissionLog

@@ -26,7 +26,7 @@ from webhook.cluster.queues import QueueWatch
 from webhook.cluster.reports import ReportWriter
 from webhook.config.rules_file import default_rules_path
 from webhook.config.settings import Settings
-from webhook.core.backends import with_queues
+from webhook.core.backends.scheduling import with_queues
 from webhook.core.catalog import effective
 from webhook.core.dra.claims import ClaimIndex
 from webhook.core.dra.classes import classes_of, with_device_classes

@@ -7,7 +7,7 @@ pod-grouper reads ``kai.scheduler/queue`` and the topology annotations from the 
 every template; Volcano reads the queue and preemptibility from the pod template's annotations. Each backend is a
 list of *writes*: what intent (queue, priority class, preemptibility, topology level, scheduler name, pod group,
 suspend), on which object (``place``: ``owner``, ``template``, or a plain ``pod``), as a label, an annotation or a field, for
-which kinds. `webhook.core.backends` applies them; the sources are beside each backend in rules/default.yaml.
+which kinds. `webhook.core.backends.scheduling` applies them; the sources are beside each backend in rules/default.yaml.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the pods they create, and how many pods make one job.
 
 Each entry follows the kind's published API and its controller's code (the sources are named beside each entry).
-What is common is data (`webhook.core.templates.Site`); a kind whose pod spec is assembled from its own fields (KServe's
+What is common is data (`webhook.core.workloads.templates.Site`); a kind whose pod spec is assembled from its own fields (KServe's
 model specs, Dynamo's services, the vLLM production stack's runtime, Spark's driver and executor, Argo's
 templates, a Kubeflow TrainJob) has one small builder here.
 """
@@ -13,10 +13,10 @@ import math
 from dataclasses import replace
 from typing import Any, Mapping
 
-from . import podview
+from .. import podview
+from ..rules import Rules
 from .generic import generic_templates
 from .parallelism import World
-from .rules import Rules
 from .templates import (
     BUILT,
     POD_SPEC,

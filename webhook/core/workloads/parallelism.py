@@ -5,7 +5,7 @@ Both change what a pod needs. A 405B model does not fit the 8 cards of one pod, 
 512 cards; so the memory need of a distributed job is spread over all its GPUs, and the world size is read from
 where the operators write it: the env they inject (torchrun's ``PET_NNODES``, ``WORLD_SIZE`` with
 ``PET_NPROC_PER_NODE``, LeaderWorkerSet's group size, Volcano's task sizes), or, for a controller's template, the
-replica counts (see `webhook.core.templates`). Tensor parallelism is what makes PCIe cards slow: only a pod that says it
+replica counts (see `webhook.core.workloads.templates`). Tensor parallelism is what makes PCIe cards slow: only a pod that says it
 splits one model over its cards (vLLM's ``--tensor-parallel-size``, an env variable) is warned about it.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import podview
-from .podview import PodFacts
-from .rules import Rules
+from .. import podview
+from ..podview import PodFacts
+from ..rules import Rules
 
 
 @dataclass

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
-from . import podview
-from .backend_rules import QueueKind
-from .quantity import QuantityError, parse_quantity
+from .. import podview
+from ..quantity import QuantityError, parse_quantity
+from .rules import QueueKind
 
 
 @dataclass(frozen=True)

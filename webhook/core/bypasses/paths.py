@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from . import env_sources, podview
-from .bypass_rules import PATHS, BypassRules
-from .dra.rules import DEVICE_CLASS_RESOURCE_PREFIX
-from .findings import Finding
-from .profile import ContainerKey, Profile
-from .rules import Rules
+from .. import podview
+from ..dra.rules import DEVICE_CLASS_RESOURCE_PREFIX
+from ..findings import Finding
+from ..profile import ContainerKey, Profile
+from ..rules import Rules
+from . import env_sources
+from .rules import PATHS, BypassRules
 
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 ASK_INSTEAD = ("ask for the GPU in resources (nvidia.com/gpu) with its model and memory (annotations "

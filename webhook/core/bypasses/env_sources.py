@@ -21,7 +21,7 @@ import binascii
 import copy
 from typing import Any, Callable, Iterator, Mapping
 
-from . import podview
+from .. import podview
 
 # An env entry `expand` wrote: where its value came from, for messages (never in a patch or a stored object).
 SOURCE = "x-ai-admission-source"

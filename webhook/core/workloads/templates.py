@@ -4,11 +4,11 @@ A Deployment or PyTorchJob is never seen by a pod webhook at ``kubectl apply --d
 templates are judged here. Like Kyverno's autogen, each template becomes the pod it will produce (the owner
 kind and labels the controller adds, the env a framework plugin injects), and that pod goes through the one
 policy path: no second copy of the policy for templates. Which kinds exist, where their templates sit and what
-their controllers add is data (`webhook.core.kinds`, one entry per kind); this module walks that data.
+their controllers add is data (`webhook.core.workloads.kinds`, one entry per kind); this module walks that data.
 
 A distributed job's templates also say how many pods the job has (replica counts), which the pods themselves
 learn only from their operator's env once created: each template carries its job's world size, so a model
-sharded over the whole job is judged as such. Any other kind is read by `webhook.core.generic`, by shape.
+sharded over the whole job is judged as such. Any other kind is read by `webhook.core.workloads.generic`, by shape.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
-from . import podview
+from .. import podview
+from ..rules import Rules
 from .parallelism import World
-from .rules import Rules
 
 PodTemplate = Mapping[str, Any]
 Resolver = Callable[[str, str, str], "Mapping[str, Any] | None"]  # (kind, name, namespace) -> object, if known
@@ -46,7 +46,7 @@ class Template:
 
     @property
     def generic(self) -> bool:
-        """Found by shape in a kind with no table entry (`webhook.core.generic`)."""
+        """Found by shape in a kind with no table entry (`webhook.core.workloads.generic`)."""
         return self.reader != TABLE_READER
 
 

@@ -1,6 +1,6 @@
 """The generic reader: the GPU pod specs of an object whose kind has no table entry, found by their shape.
 
-The kinds table (`webhook.core.kinds`) knows where each kind keeps its pod templates and what its controller adds.
+The kinds table (`webhook.core.workloads.kinds`) knows where each kind keeps its pod templates and what its controller adds.
 Every other custom resource that will make GPU pods is read here, by shape, so that a new operator's CRD is judged
 the day it is installed instead of passing unseen. Two shapes make a pod:
 
@@ -29,8 +29,8 @@ import re
 from decimal import Decimal
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import names, podview
-from .rules import Rules
+from .. import names, podview
+from ..rules import Rules
 from .templates import Owner, Template, asks_for_accelerators, dig, pod_from
 
 POD_SPEC_READER = "generic: pod spec"

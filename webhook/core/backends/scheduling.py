@@ -4,7 +4,7 @@ Kueue, KAI-Scheduler, Volcano and scheduler-plugins' coscheduling read a workloa
 preemptibility, gang and topology from their own labels, annotations and fields, mostly on the *owner* (a Job,
 JobSet, PyTorchJob, LeaderWorkerSet, TrainJob) or its pod templates, when the owner is created: by the time its pods
 exist, Kueue has built its Workload and KAI its PodGroup. So `owner_mutation` writes the backend's vocabulary
-(`webhook.core.backend_rules`) on the owner and every pod template of the kinds table at the owner's CREATE, from
+(`webhook.core.backends.rules`) on the owner and every pod template of the kinds table at the owner's CREATE, from
 the class its templates' pods get and the placement the nodes allow (the narrowest topology domain that holds the
 whole job, `webhook.core.placement.packing_key`), never replacing what the user wrote; `pod_writes` does the same
 for plain pods, and for a pod's own fields a template could not carry. A pod whose owner was mutated has the
@@ -21,15 +21,15 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from . import podview
-from .backend_rules import Backend, Write
-from .findings import Finding, deny, warn
-from .patch import Editor, Path
-from .placement import packing_key, target_of
-from .profile import Profile, build_profile
+from .. import podview
+from ..findings import Finding, deny, warn
+from ..patch import Editor, Path
+from ..placement import packing_key, target_of
+from ..profile import Profile, build_profile
+from ..rules import Rules
+from ..workloads.templates import BUILT, POD_SPEC, Template, dig
 from .queues import read_queues
-from .rules import Rules
-from .templates import BUILT, POD_SPEC, Template, dig
+from .rules import Backend, Write
 
 RUNTIME_PATCH_MANAGER = "ai-admission.io/webhook"  # this webhook's entry of a TrainJob's runtimePatches
 DEFAULT_SCHEDULER = "default-scheduler"

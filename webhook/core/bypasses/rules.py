@@ -6,7 +6,7 @@ runtime honours, the ``nvidia`` RuntimeClass (whose runtime honours the image's 
 hostPath mounts of device nodes and CDI specs. Which paths exist, what names they go by and which namespaces GPU
 infrastructure runs in are facts about the drivers and the platform, so they are rules; each path's action
 (``deny``, ``warn`` or ``off``) is a default a class may change. Compiled once here, like the rest of the rules
-(`webhook.core.bypasses` applies them).
+(`webhook.core.bypasses.paths` applies them).
 """
 
 from __future__ import annotations
