@@ -85,11 +85,12 @@ lint: $(STAMP)
 	$(BIN)/mypy --check-untyped-defs --disallow-untyped-defs --warn-unused-ignores webhook certs
 	$(BIN)/lint-imports
 
-# etcd, kube-apiserver and kube-scheduler for the end-to-end tests (tests/support/control_plane.py finds them in
-# $KUBEBUILDER_ASSETS, then on PATH). etcd: Debian's etcd-server, installed only when no etcd is found and we are
-# root (CI runs as root on a fresh machine); Kubernetes' own binaries cannot be had from Debian or PyPI, so they
-# come from KUBEBUILDER_ASSETS (setup-envtest) or PATH. Best effort: what cannot be had makes the e2e tests skip
-# with one line saying so.
+# etcd, kube-apiserver, kube-scheduler and kube-controller-manager for the end-to-end tests
+# (tests/support/control_plane.py finds each in $KUBEBUILDER_ASSETS, then in envtest's default
+# /usr/local/kubebuilder/bin, then on PATH). etcd: Debian's etcd-server, installed only when no etcd is found and
+# we are root (CI runs as root on a fresh machine); Kubernetes' own binaries cannot be had from Debian or PyPI, so
+# a machine keeps them in one of those places. Best effort: what cannot be had makes the e2e tests skip with one
+# line saying so.
 e2e-deps: $(STAMP)
 	@if [ ! -x "$${KUBEBUILDER_ASSETS:-/nonexistent}/etcd" ] && ! command -v etcd >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
