@@ -108,3 +108,26 @@ def test_a_rules_reload_keeps_what_the_watches_gave(kueue: Rules) -> None:
     services.set_rules(kueue)
     assert services.rules.queues is not None
     assert knows_the_nodes(services.rules)
+
+
+def test_each_watch_is_paced_by_its_own_setting(tmp_path: Any) -> None:
+    """The queue watch had the claim watch's resync: a setting named for one watch paced two."""
+    from tests.conftest import RULES_FILE
+    from webhook.config.settings import Settings
+    from webhook.server.services import start_services
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES_FILE.read_text().replace("\nscheduler:\n  backend: default\n",
+                                                         "\nscheduler:\n  backend: kueue\n", 1))
+    settings = Settings.from_environ({
+        "AI_ADMISSION_RULES": str(rules_file), "AI_ADMISSION_WATCH_CLAIMS": "true",
+        "AI_ADMISSION_WATCH_QUEUES": "true", "AI_ADMISSION_CLAIMS_RESYNC_SECONDS": "111",
+        "AI_ADMISSION_QUEUES_RESYNC_SECONDS": "222", "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false",
+        "AI_ADMISSION_NODE_CATALOG": "false", "KUBECONFIG": str(tmp_path / "absent")})
+    services, error = start_services(settings)
+    try:
+        assert error is None and services.claim_watch is not None and services.queue_watch is not None
+        assert {i.resync for i in services.claim_watch.informers.values()} == {111.0}
+        assert {i.resync for i in services.queue_watch.informers.values()} == {222.0}
+    finally:
+        services.stop()

@@ -64,6 +64,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("AI_ADMISSION_WATCH_QUEUES", "auto",
              "keep the scheduler backend's queues from a watch (when the rules choose a backend), for the checks "
              "that a workload's queue exists and can hold it", "watch_queues", "switch"),
+    Variable("AI_ADMISSION_QUEUES_RESYNC_SECONDS", "300", "how often the queue watch lists the backend's queues again",
+             "queues_resync_seconds", "seconds"),
     Variable("AI_ADMISSION_IO_TIMEOUT", "10", "seconds a connection may block a read or write", "io_timeout",
              "seconds"),
     Variable("AI_ADMISSION_REPORTS_CHECK_SECONDS", "10",
@@ -106,6 +108,7 @@ class Settings:
     watch_claims: str = "auto"
     watch_queues: str = "auto"
     claims_resync_seconds: float = 300.0
+    queues_resync_seconds: float = 300.0
     io_timeout: float = 10.0
     reports_check_seconds: float = 10.0
     log_level: str = "INFO"

@@ -198,7 +198,7 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
     if settings.claim_watch:
         claim_watch = ClaimWatch(resync=settings.claims_resync_seconds, observer=observer)
     if settings.queue_watch and rules.scheduler.active and rules.scheduler.backend.queue_kinds:
-        queue_watch = QueueWatch(rules.scheduler.backend.queue_kinds, resync=settings.claims_resync_seconds,
+        queue_watch = QueueWatch(rules.scheduler.backend.queue_kinds, resync=settings.queues_resync_seconds,
                                  observer=observer)
     services.attach(node_watch=node_watch, claim_watch=claim_watch, queue_watch=queue_watch)
     services.rules_watch = RulesWatch(path, services.set_rules, interval=settings.rules_check_seconds,
