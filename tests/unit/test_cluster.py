@@ -90,9 +90,9 @@ def test_auto_is_on_only_inside_a_cluster(tmp_path: Path, setting: str | None, i
             watch = PriorityClassWatch(lambda: [spec for spec in RULES_SPECS
                                                 if spec.name in ("ai-training", "ai-batch")]).start()
             try:
-                eventually(lambda: watch.facts.checked)
-                assert watch.facts.missing_priority_classes == {"ai-batch"}
+                eventually(lambda: watch.state.checked)
+                assert watch.state.missing_priority_classes == {"ai-batch"}
                 api.add("priorityclasses", priority_class("ai-batch"))  # seen through the watch, not a resync
-                eventually(lambda: not watch.facts.missing_priority_classes)
+                eventually(lambda: not watch.state.missing_priority_classes)
             finally:
                 watch.stop()

@@ -12,13 +12,13 @@ from tests.support.e2e_install import BARE_POD, PROFILED_POD
 from tests.support.reviews import admission_review
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import MUTATE, VALIDATE, decide, respond
-from webhook.core.facts import ClusterFacts
+from webhook.core.priority_state import PriorityClassState
 from webhook.core.review import parse_review
 from webhook.core.rules import compile_rules
 from webhook.server.decision_cache import DecisionCache
 
 RULES = load_rules(RULES_FILE)
-FACTS = ClusterFacts()
+UNCHECKED_STATE = PriorityClassState()
 
 
 def request(pod: dict[str, Any], *, name: str = "", namespace: str = "ml-team", **review: Any) -> Any:
@@ -28,14 +28,14 @@ def request(pod: dict[str, Any], *, name: str = "", namespace: str = "ml-team", 
     return parse_review(admission_review(pod, namespace=namespace, name=name, **review))
 
 
-def cached(cache: DecisionCache, req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, facts: Any = FACTS,
+def cached(cache: DecisionCache, req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, state: Any = UNCHECKED_STATE,
            path_mode: str | None = None) -> Any:
-    return cache.decide(req, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts, decide=decide)
+    return cache.decide(req, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=state, decide=decide)
 
 
-def fresh(req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, facts: Any = FACTS,
+def fresh(req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, state: Any = UNCHECKED_STATE,
           path_mode: str | None = None) -> Any:
-    return decide(req, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts)
+    return decide(req, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=state)
 
 
 def test_pods_differing_only_in_name_share_a_decision_and_keep_their_uid() -> None:
@@ -80,8 +80,8 @@ def test_new_rules_or_cluster_facts_empty_it() -> None:
     warn_rules = compile_rules(document, source="reloaded")
     assert cached(cache, req, endpoint=VALIDATE, rules=warn_rules).allowed is True  # a reload: not the old denial
     assert len(cache) == 1
-    facts = ClusterFacts(missing_priority_classes=frozenset({"ai-batch"}), checked=True)
-    patch = cached(cache, req, rules=warn_rules, facts=facts).patch
+    state = PriorityClassState(missing_priority_classes=frozenset({"ai-batch"}), checked=True)
+    patch = cached(cache, req, rules=warn_rules, state=state).patch
     assert not any(op["path"] == "/spec/priorityClassName" for op in patch)  # the missing class is not set
     assert cache.hits == 0
 

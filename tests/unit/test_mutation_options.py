@@ -17,8 +17,8 @@ import pytest
 from tests.support.builders import INFINIBAND, NCCL, SHM, gpu_pod, rules_with, shm_size
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import Verdict, mutate_verdict
-from webhook.core.facts import NO_FACTS as UNKNOWN
-from webhook.core.facts import ClusterFacts
+from webhook.core.priority_state import UNCHECKED as UNKNOWN
+from webhook.core.priority_state import PriorityClassState
 from webhook.core.rules import Rules
 
 GANG = {"classes": {"training": {"mutate": {"gang": {"schedulerName": "volcano",
@@ -58,8 +58,8 @@ def merged(*changes: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def mutated(pod: dict[str, Any], rules: Rules, facts: ClusterFacts = UNKNOWN) -> tuple[dict[str, Any], Verdict]:
-    verdict = mutate_verdict(pod, rules=rules, mode="deny", facts=facts)
+def mutated(pod: dict[str, Any], rules: Rules, state: PriorityClassState = UNKNOWN) -> tuple[dict[str, Any], Verdict]:
+    verdict = mutate_verdict(pod, rules=rules, mode="deny", priority_classes=state)
     return apply_verdict(pod, verdict), verdict
 
 
@@ -195,7 +195,7 @@ def test_the_class_priority_with_its_value_and_preemption_policy(rules: Rules) -
 
 
 def test_a_priority_class_missing_from_the_cluster_is_not_set(rules: Rules) -> None:
-    facts = ClusterFacts(missing_priority_classes=frozenset({"ai-training"}), checked=True)
+    facts = PriorityClassState(missing_priority_classes=frozenset({"ai-training"}), checked=True)
     pod, verdict = mutated(single_node(), rules, facts)
     assert not {"priorityClassName", "priority", "preemptionPolicy"} & set(pod["spec"])
     assert verdict.warnings == ('PriorityClass "ai-training" does not exist in this cluster, so it was not set (the API '
@@ -203,7 +203,7 @@ def test_a_priority_class_missing_from_the_cluster_is_not_set(rules: Rules) -> N
 
 
 def test_a_priority_class_that_differs_leaves_the_values_to_the_api_server(rules: Rules) -> None:
-    facts = ClusterFacts(differing_priority_classes={"ai-training": "value 5 in the cluster"}, checked=True)
+    facts = PriorityClassState(differing_priority_classes={"ai-training": "value 5 in the cluster"}, checked=True)
     pod = single_node()
     pod["spec"].update(priority=0, preemptionPolicy="PreemptLowerPriority")  # as the Priority plugin resolved them
     result, verdict = mutated(pod, rules, facts)

@@ -1,8 +1,8 @@
-"""The cluster's PriorityClasses, watched, against the ones the rules set (see `webhook.core.facts` for why).
+"""The cluster's PriorityClasses, watched, against the ones the rules set (see `webhook.core.priority_state` for why).
 
-An `Informer` keeps every PriorityClass's value and preemption policy; after each list and event the facts are
+An `Informer` keeps every PriorityClass's value and preemption policy; after each list and event the state is
 worked out afresh for the rules in force (``wanted``, called each time, so a rules reload is taken at the next
-change or resync) and logged when they change. An API error keeps the last facts, with the error. RBAC: ``list``
+change or resync) and logged when they change. An API error keeps the last state, with the error. RBAC: ``list``
 and ``watch`` on priorityclasses.
 """
 
@@ -13,12 +13,12 @@ import json
 import logging
 from typing import Any, Callable, Iterable
 
-from webhook.core.facts import (
-    NO_FACTS,
-    ClusterFacts,
+from webhook.core.priority_state import (
+    UNCHECKED,
     InstalledPriorityClass,
+    PriorityClassState,
     installed_priority_class,
-    priority_class_facts,
+    priority_class_state,
 )
 from webhook.core.rules import PriorityClassSpec
 
@@ -56,13 +56,13 @@ class PriorityClassStore:
 
 
 class PriorityClassWatch:
-    """``facts``: the last known state (`NO_FACTS` until the first list)."""
+    """``state``: the last known state (`UNCHECKED` until the first list)."""
 
     def __init__(self, wanted: Callable[[], Iterable[PriorityClassSpec]], *, resync: float = 60.0,
                  api: Callable[[], Api] = api_calls, observer: Observer | None = None,
-                 on_change: Callable[[ClusterFacts], None] | None = None) -> None:
+                 on_change: Callable[[PriorityClassState], None] | None = None) -> None:
         self._wanted = wanted
-        self.facts = NO_FACTS
+        self.state = UNCHECKED
         self.on_change = on_change
         self.store = PriorityClassStore(self.refresh)
         self.informer = Informer("priorityclasses", PATH, self.store, api, resync=resync, observer=_Errors(self, observer))
@@ -75,27 +75,27 @@ class PriorityClassWatch:
         self.informer.stop()
 
     def refresh(self) -> None:
-        """Work the facts out again (after a change in the cluster, or in the rules)."""
+        """Work the state out again (after a change in the cluster, or in the rules)."""
         if not self.store.listed:
             return
-        self._set(priority_class_facts(self._wanted(), self.store.installed))
+        self._set(priority_class_state(self._wanted(), self.store.installed))
 
-    def _set(self, facts: ClusterFacts) -> None:
-        previous = self.facts
-        if (facts.missing_priority_classes, facts.differing_priority_classes, facts.error) != (
+    def _set(self, state: PriorityClassState) -> None:
+        previous = self.state
+        if (state.missing_priority_classes, state.differing_priority_classes, state.error) != (
                 previous.missing_priority_classes, previous.differing_priority_classes, previous.error):
-            log.warning(json.dumps({"msg": "priority classes checked", **facts.as_dict()}))
-        self.facts = facts
+            log.warning(json.dumps({"msg": "priority classes checked", **state.as_dict()}))
+        self.state = state
         if self.on_change is not None:
-            self.on_change(facts)
+            self.on_change(state)
 
     def failed(self, error: str | None) -> None:
         """An API error: the last answer stays, with the error beside it."""
-        self._set(dataclasses.replace(self.facts, error=error))
+        self._set(dataclasses.replace(self.state, error=error))
 
 
 class _Errors:
-    """Passes the informer's news on, and puts its errors into the facts."""
+    """Passes the informer's news on, and puts its errors into the state."""
 
     def __init__(self, watch: PriorityClassWatch, observer: Observer | None) -> None:
         self._watch = watch

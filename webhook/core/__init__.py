@@ -15,5 +15,5 @@ One direction of flow, a module per step: request (`review`) -> pod (`podview`, 
 -> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`validate.CHECKS`, `findings`) -> verdict
 (`admission.verdict_of`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
 become the pods they make (`workloads`); the rules are compiled once (`rules`); the cluster's facts are
-values (`facts`, `nodes`, `catalog`); sets of objects are judged by `documents`.
+values (`priority_state`, `nodes`, `catalog`); sets of objects are judged by `documents`.
 """

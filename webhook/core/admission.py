@@ -15,9 +15,9 @@ from . import podview
 from .backends.scheduling import backend_findings, owner_mutation
 from .bypasses.paths import bypass_findings
 from .dra import claims as dra
-from .facts import NO_FACTS, ClusterFacts
 from .findings import Finding
 from .mutate import mutate_pod
+from .priority_state import UNCHECKED, PriorityClassState
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
@@ -212,12 +212,12 @@ def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
                    audit_annotations=audit)
 
 
-def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, facts: ClusterFacts = NO_FACTS,
+def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, priority_classes: PriorityClassState = UNCHECKED,
                    claims: dra.ClaimSource | None = None, namespace: str = "") -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
     profile = build_profile(pod, rules, claims)
-    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=facts.missing_priority_classes,
-                          differing_priority_classes=facts.differing_priority_classes, namespace=namespace)
+    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=priority_classes.missing_priority_classes,
+                          differing_priority_classes=priority_classes.differing_priority_classes, namespace=namespace)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
 
@@ -270,7 +270,7 @@ def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: 
 
 
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
-           facts: ClusterFacts = NO_FACTS, claims: dra.ClaimIndex | None = None) -> Verdict | None:
+           priority_classes: PriorityClassState = UNCHECKED, claims: dra.ClaimIndex | None = None) -> Verdict | None:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
 
     Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
@@ -289,7 +289,8 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
         return None
     source = claims.source(namespace) if claims is not None else None
     if request.is_pod_create and endpoint == MUTATE:
-        return mutate_verdict(request.object, rules=rules, mode=mode, facts=facts, claims=source, namespace=namespace)
+        return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=priority_classes, claims=source,
+                              namespace=namespace)
     if endpoint == MUTATE and request.operation == "CREATE" and request.resource != "pods":
         return owner_verdict(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
                              namespace=namespace)

@@ -117,13 +117,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             metrics.bad_requests.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            rules, facts, claims = running.rules, running.facts, running.claim_index
+            rules, priority_classes, claims = running.rules, running.priority_classes, running.claim_index
             if decisions is None:
-                verdict = decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts,
+                verdict = decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
                                  claims=claims)
             else:
-                verdict = decisions.decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts,
-                                           decide=decide, claims=claims)
+                verdict = decisions.decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode,
+                                           priority_classes=priority_classes, decide=decide, claims=claims)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)

@@ -7,7 +7,7 @@ classification, profile, policy or mutation read). Messages do name the pod, so 
 carries a message is used only for a pod with the same subject. A pod that takes DRA claims is never remembered:
 its decision also reads the claims the watch has seen, which change under it (a template created after its first
 pod). Only pods on CREATE are remembered, the cache is
-bounded (least recently used out), and it is emptied when the rules or the cluster facts it was built with are
+bounded (least recently used out), and it is emptied when the rules or the PriorityClass state it was built with are
 replaced (a rules reload, a PriorityClass check that saw something new). The response is always built for the
 request at hand (its uid), never remembered.
 """
@@ -22,7 +22,7 @@ import orjson
 
 from webhook.core.admission import Verdict, resolve_mode, subject_of
 from webhook.core.dra.claims import ClaimIndex
-from webhook.core.facts import ClusterFacts
+from webhook.core.priority_state import PriorityClassState
 from webhook.core.review import AdmissionRequest
 from webhook.core.rules import Rules
 
@@ -49,37 +49,39 @@ def decision_key(request: AdmissionRequest, *, endpoint: str, mode: str) -> byte
 
 
 class DecisionCache:
-    """A bounded LRU of verdicts, valid for one rules object and one cluster facts object."""
+    """A bounded LRU of verdicts, valid for one rules object and one PriorityClass state."""
 
     def __init__(self, size: int = SIZE) -> None:
         self._size = size
         self._entries: OrderedDict[bytes, tuple[Verdict | None, str]] = OrderedDict()
         self._lock = threading.Lock()
         self._rules: Rules | None = None  # held, not compared by id: an id can be reused once an object is gone
-        self._facts: ClusterFacts | None = None
+        self._priority_classes: PriorityClassState | None = None
         self.hits = 0
 
     def decide(self, request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None,
-               facts: ClusterFacts, decide: Callable[..., Verdict | None],
+               priority_classes: PriorityClassState, decide: Callable[..., Verdict | None],
                claims: ClaimIndex | None = None) -> Verdict | None:
         """``decide(request, ...)``'s verdict, remembered when the same pod comes again."""
         mode = resolve_mode(rules, namespace=request.namespace, path_mode=path_mode)
         key = decision_key(request, endpoint=endpoint, mode=mode)
         if key is None:
-            return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts, claims=claims)
+            return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
+                          claims=claims)
         subject = subject_of(request)
         with self._lock:
-            if self._rules is not rules or self._facts is not facts:
+            if self._rules is not rules or self._priority_classes is not priority_classes:
                 self._entries.clear()
-                self._rules, self._facts = rules, facts
+                self._rules, self._priority_classes = rules, priority_classes
             found = self._entries.get(key)
             if found is not None and (found[0] is None or found[0].message is None or found[1] == subject):
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return found[0]
-        verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, facts=facts, claims=claims)
+        verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
+                         claims=claims)
         with self._lock:
-            if self._rules is rules and self._facts is facts:
+            if self._rules is rules and self._priority_classes is priority_classes:
                 self._entries[key] = (verdict, subject)
                 if len(self._entries) > self._size:
                     self._entries.popitem(last=False)

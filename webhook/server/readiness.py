@@ -74,7 +74,7 @@ def readiness(services: Services, settings: Settings) -> tuple[bool, dict[str, A
     if certificate is not None:
         detail["certificate"] = certificate
     if services.priority_class_watch:
-        detail["cluster"] = services.facts.as_dict()
+        detail["cluster"] = services.priority_classes.as_dict()
     if services.node_watch:
         detail["nodeCatalog"] = services.node_watch.summary()
     if services.claim_watch:

@@ -30,8 +30,8 @@ from webhook.core.backends.scheduling import with_queues
 from webhook.core.catalog import effective
 from webhook.core.dra.claims import ClaimIndex
 from webhook.core.dra.classes import classes_of, with_device_classes
-from webhook.core.facts import NO_FACTS, ClusterFacts
 from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog
+from webhook.core.priority_state import UNCHECKED, PriorityClassState
 from webhook.core.rules import PriorityClassSpec, Rules
 
 from .metrics import WatchMetrics, instruments
@@ -135,8 +135,8 @@ class Services:
     # what the request path reads
 
     @property
-    def facts(self) -> ClusterFacts:
-        return self.priority_class_watch.facts if self.priority_class_watch else NO_FACTS
+    def priority_classes(self) -> PriorityClassState:
+        return self.priority_class_watch.state if self.priority_class_watch else UNCHECKED
 
     @property
     def claim_index(self) -> ClaimIndex | None:
@@ -165,9 +165,9 @@ def _count_catalog(catalog: DiscoveredCatalog) -> None:
     _catalog_products.update(catalog.models)
 
 
-def _count_priority_classes(facts: ClusterFacts) -> None:
-    if facts.checked:
-        instruments().priority_classes_missing.set(len(facts.missing_priority_classes))
+def _count_priority_classes(state: PriorityClassState) -> None:
+    if state.checked:
+        instruments().priority_classes_missing.set(len(state.missing_priority_classes))
 
 
 def record_certificate_expiry(settings: Settings) -> None:

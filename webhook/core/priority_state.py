@@ -1,10 +1,11 @@
-"""Facts about the cluster that policy depends on, learnt in the background, never on the request path.
+"""What the cluster's PriorityClasses are, against the ones the rules set: learnt in the background, never on
+the request path.
 
 A pod naming a PriorityClass that does not exist is refused by the API server ("no PriorityClass with name ...
 was found"), so one missing class would block every pod of its workload class. And mutation writes the class's
 ``value`` and ``preemptionPolicy`` into the pod beside its name (see `webhook.core.mutate.set_priority`), which is
 only right while the class in the cluster has the values the rules give it. A watch of the PriorityClasses
-(`webhook.cluster.priority_classes`) keeps these facts current; mutation reads the last answer from memory, does
+(`webhook.cluster.priority_classes`) keeps this state current; mutation reads the last answer from memory, does
 not set a class that is missing (the pod is admitted without it, with a warning), and for a class whose values
 differ from the rules leaves the two fields to the API server (with a warning).
 """
@@ -26,7 +27,7 @@ class InstalledPriorityClass:
 
 
 @dataclass(frozen=True)
-class ClusterFacts:
+class PriorityClassState:
     """The last known state; ``checked`` False means nothing is known yet (assume every class is as the rules say).
 
     ``differing_priority_classes`` maps a class name to what the cluster has, in words, when its value or
@@ -44,7 +45,7 @@ class ClusterFacts:
                 "error": self.error}
 
 
-NO_FACTS = ClusterFacts()  # nothing checked: every class is assumed to be as the rules say
+UNCHECKED = PriorityClassState()  # nothing checked: every class is assumed to be as the rules say
 
 
 def describe_difference(wanted: PriorityClassSpec, installed: InstalledPriorityClass) -> str | None:
@@ -55,13 +56,13 @@ def describe_difference(wanted: PriorityClassSpec, installed: InstalledPriorityC
             f"the rules say value {wanted.value}, preemptionPolicy {wanted.preemption_policy}")
 
 
-def priority_class_facts(wanted: Iterable[PriorityClassSpec],
-                         installed: Mapping[str, InstalledPriorityClass]) -> ClusterFacts:
+def priority_class_state(wanted: Iterable[PriorityClassSpec],
+                         installed: Mapping[str, InstalledPriorityClass]) -> PriorityClassState:
     """What mutation needs to know: which of the rules' classes the cluster lacks, and which differ."""
     specs = {spec.name: spec for spec in wanted}
     differing = {name: text for name, spec in specs.items() if name in installed
                  for text in [describe_difference(spec, installed[name])] if text}
-    return ClusterFacts(frozenset(specs.keys() - installed.keys()), True, None, differing)
+    return PriorityClassState(frozenset(specs.keys() - installed.keys()), True, None, differing)
 
 
 def installed_priority_class(obj: Mapping[str, Any]) -> InstalledPriorityClass:
