@@ -65,7 +65,7 @@ def test_extra_namespace_expressions_narrow_every_binding() -> None:
 
 def test_every_kind_the_webhook_judges_is_read_and_matched() -> None:
     assert sorted(backstop.readable_kinds()) == sorted(KINDS)
-    policy = backstop.policy(RULES)
+    policy = backstop.validating_policy(RULES)
     matched = {(g, r) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
                for g in rule["apiGroups"] for r in rule["resources"]}
     assert {(k.group, k.resource) for k in KINDS.values()} | {("", "pods")} == matched
@@ -75,7 +75,7 @@ def test_every_kind_the_webhook_judges_is_read_and_matched() -> None:
 
 
 def test_the_policy_fails_closed_and_names_what_to_add() -> None:
-    spec = backstop.policy(RULES)["spec"]
+    spec = backstop.validating_policy(RULES)["spec"]
     assert spec["failurePolicy"] == "Fail"
     (validation,) = spec["validations"]
     assert validation["reason"] == "Forbidden"
@@ -99,17 +99,17 @@ def test_the_rules_shape_the_cel() -> None:
     document["accelerators"]["resources"]["example.com/npu"] = "nvidia"
     document["modelKeys"] = [*document["modelKeys"], "example.com/accelerator-model"]
     document["accelerators"]["migNeedsModel"] = True
-    facts = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
+    facts = next(v["expression"] for v in backstop.validating_policy(compile_rules(document))["spec"]["variables"]
                  if v["name"] == "facts")
     assert "'example.com/npu'" in facts and "'example.com/accelerator-model'" in facts
-    default = next(v["expression"] for v in backstop.policy(RULES)["spec"]["variables"] if v["name"] == "facts")
+    default = next(v["expression"] for v in backstop.validating_policy(RULES)["spec"]["variables"] if v["name"] == "facts")
     # the MIG pattern: twice to find accelerators (limits, requests) and twice more to keep MIG names out of the
     # unknown accelerators, then as the model (unless migNeedsModel) and as the memory
     assert default.count("n.matches('^nvidia") == 6 and facts.count("n.matches('^nvidia") == 5
     # the unknown accelerators from the rules' pattern, and none without it
     assert "(?i)" + RULES.raw["accelerators"]["unknownPattern"] in default
     del document["accelerators"]["unknownPattern"]
-    plain = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
+    plain = next(v["expression"] for v in backstop.validating_policy(compile_rules(document))["spec"]["variables"]
                  if v["name"] == "facts")
     assert "(?i)" + RULES.raw["accelerators"]["unknownPattern"] not in plain
     # the device-named resources (passthrough GPUs, vGPU types), matched without case, and none without them
@@ -118,7 +118,7 @@ def test_the_rules_shape_the_cel() -> None:
     excluded = [d["exclude"] for d in RULES.raw["accelerators"]["deviceResources"] if "exclude" in d]
     assert excluded and all(f"!n.matches({cel_string('(?i)' + e)})" in default for e in excluded)
     del document["accelerators"]["deviceResources"]
-    plain = next(v["expression"] for v in backstop.policy(compile_rules(document))["spec"]["variables"]
+    plain = next(v["expression"] for v in backstop.validating_policy(compile_rules(document))["spec"]["variables"]
                  if v["name"] == "facts")
     assert "(?i)" not in plain
 

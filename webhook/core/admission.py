@@ -269,6 +269,13 @@ def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: 
                         resolve=resolve, claims=claims)
 
 
+def request_mode(request: AdmissionRequest, *, rules: Rules, path_mode: str | None) -> tuple[str, str]:
+    """(namespace, mode) of a request: its namespace (else its object's) and the mode in force there. `decide` and
+    the server's decision cache both take it from here, so a cached verdict is one of the same mode."""
+    namespace = request.namespace or str(podview.metadata(request.object or {}).get("namespace") or "")
+    return namespace, resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+
+
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
            priority_classes: PriorityClassState = UNCHECKED, claims: dra.ClaimIndex | None = None) -> Verdict | None:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
@@ -280,8 +287,7 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     """
     if request.object is None:
         return None
-    namespace = request.namespace or str(podview.metadata(request.object).get("namespace") or "")
-    mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+    namespace, mode = request_mode(request, rules=rules, path_mode=path_mode)
     if request.sub_resource:
         if request.resource == "pods" and request.sub_resource == EPHEMERAL and request.operation == "UPDATE":
             return ephemeral_verdict(request.object, request.old_object, rules=rules, mode=mode, namespace=namespace,

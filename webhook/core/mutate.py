@@ -21,7 +21,7 @@ from .bypasses import env_sources
 from .patch import Editor
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
-from .rules import ClassMutation, ClassPolicy, MutationSettings, Rules, ShmSpec
+from .rules import ClassMutation, ClassSettings, MutationSettings, Rules, ShmSpec
 
 SHM_PATH = "/dev/shm"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -44,20 +44,20 @@ class _Context:
     no step reads what an earlier one added (``edit.get`` reads the working copy where that matters).
     """
 
-    __slots__ = ("edit", "profile", "rules", "policy", "warnings", "missing_priority_classes",
+    __slots__ = ("edit", "profile", "rules", "class_settings", "warnings", "missing_priority_classes",
                  "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node", "namespace")
 
-    def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, policy: ClassPolicy, warnings: list[str],
+    def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, class_settings: ClassSettings, warnings: list[str],
                  missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str],
                  namespace: str = "") -> None:
         self.edit = edit
         self.profile = profile
         self.rules = rules
-        self.policy = policy
+        self.class_settings = class_settings
         self.warnings = warnings
         self.missing_priority_classes = missing_priority_classes
         self.differing_priority_classes = differing_priority_classes
-        self.plan: ClassMutation = policy.mutate
+        self.plan: ClassMutation = class_settings.mutate
         self.settings: MutationSettings = rules.mutation
         self.spec: dict[str, Any] = podview.spec(edit.doc)
         self.labels: Mapping[str, str] = profile.facts.labels
@@ -271,7 +271,7 @@ def set_priority(ctx: _Context) -> None:
     where the background check saw a class with other values (see `webhook.cluster.priority_classes`), the fields are removed and
     the API server fills them in.
     """
-    priority = ctx.policy.priority_class
+    priority = ctx.class_settings.priority_class
     if priority is None or ctx.spec.get("priorityClassName"):
         return
     if priority.name in ctx.missing_priority_classes:
@@ -563,10 +563,10 @@ def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
     classes whose value or preemptionPolicy in the cluster are not the rules' (name -> what differs); both from
     `webhook.cluster.priority_classes`.
     """
-    policy = rules.classes.get(profile.workload)
-    if policy is None:  # class "none": not ai-admission's business, but for what its envFrom may hand it
+    class_settings = rules.classes.get(profile.workload)
+    if class_settings is None:  # class "none": not ai-admission's business, but for what its envFrom may hand it
         return void_env_from(pod, profile, rules, namespace)
-    ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, policy=policy, warnings=[],
+    ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, class_settings=class_settings, warnings=[],
                    missing_priority_classes=missing_priority_classes,
                    differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS, namespace=namespace)
     for step in STEPS:

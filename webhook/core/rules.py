@@ -309,7 +309,7 @@ class MutationSettings:
 
 
 @dataclass(frozen=True)
-class ClassPolicy:
+class ClassSettings:
     name: str
     preemptible: bool
     memory_factor: Decimal
@@ -475,7 +475,7 @@ class Rules:
     precisions: Mapping[str, Decimal]
     catalog: Mapping[str, GpuModel]
     model_index: Mapping[str, GpuModel]
-    classes: Mapping[str, ClassPolicy]
+    classes: Mapping[str, ClassSettings]
     signals: tuple[Signal, ...]
     signal_index: SignalIndex
     multi_node_replica_types: frozenset[str]
@@ -711,7 +711,7 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
     )
 
 
-def _compile_scheduler(spec: Mapping[str, Any] | None, classes: Mapping[str, ClassPolicy],
+def _compile_scheduler(spec: Mapping[str, Any] | None, classes: Mapping[str, ClassSettings],
                        source: str) -> SchedulerRules:
     name = (spec or {}).get("backend", "default")
     if name != "default" and name not in ((spec or {}).get("backends") or {}):
@@ -721,7 +721,7 @@ def _compile_scheduler(spec: Mapping[str, Any] | None, classes: Mapping[str, Cla
     return scheduler
 
 
-def _check_gang(scheduler: SchedulerRules, classes: Mapping[str, ClassPolicy], source: str) -> None:
+def _check_gang(scheduler: SchedulerRules, classes: Mapping[str, ClassSettings], source: str) -> None:
     """A class's pod-level ``gang`` (for the default scheduler's gang plugins) and a scheduler backend would both
     name the pods' scheduler and group: one of them must go."""
     if not scheduler.active:
@@ -912,7 +912,7 @@ def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: s
     )
 
 
-def _compile_class(name: str, spec: Mapping[str, Any], source: str) -> ClassPolicy:
+def _compile_class(name: str, spec: Mapping[str, Any], source: str) -> ClassSettings:
     pc = spec.get("priorityClass")
     priority = None
     if pc:
@@ -922,7 +922,7 @@ def _compile_class(name: str, spec: Mapping[str, Any], source: str) -> ClassPoli
     allowed = set(spec.get("allowedPriorityClasses") or [])
     if priority:
         allowed.add(priority.name)
-    return ClassPolicy(name=name, preemptible=bool(spec["preemptible"]),
+    return ClassSettings(name=name, preemptible=bool(spec["preemptible"]),
                        memory_factor=Decimal(str(spec["memoryFactor"])), priority_class=priority,
                        allowed_priority_classes=frozenset(allowed),
                        warn_guaranteed_qos=bool(spec.get("warnGuaranteedQoS", False)),

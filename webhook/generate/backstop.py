@@ -684,7 +684,7 @@ def _resource_rules() -> list[dict[str, Any]]:
     return rules
 
 
-def policy(rules: Rules) -> dict[str, Any]:
+def validating_policy(rules: Rules) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy for ``rules``."""
     cel = Cel(rules)
     rule = Rule(rules)
@@ -784,7 +784,7 @@ def _excluded() -> dict[str, Any]:
 
 def manifests(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The policy and its bindings, as `ai-admission manifests policy` prints them."""
-    return [policy(rules), *bindings(rules, namespace_expressions)]
+    return [validating_policy(rules), *bindings(rules, namespace_expressions)]
 
 
 # -- the GPU toleration as a MutatingAdmissionPolicy -----------------------------------------------------------

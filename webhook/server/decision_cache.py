@@ -20,7 +20,7 @@ from typing import Callable
 
 import orjson
 
-from webhook.core.admission import Verdict, resolve_mode, subject_of
+from webhook.core.admission import Verdict, request_mode, subject_of
 from webhook.core.dra.claims import ClaimIndex
 from webhook.core.priority_state import PriorityClassState
 from webhook.core.review import AdmissionRequest
@@ -63,7 +63,7 @@ class DecisionCache:
                priority_classes: PriorityClassState, decide: Callable[..., Verdict | None],
                claims: ClaimIndex | None = None) -> Verdict | None:
         """``decide(request, ...)``'s verdict, remembered when the same pod comes again."""
-        mode = resolve_mode(rules, namespace=request.namespace, path_mode=path_mode)
+        _, mode = request_mode(request, rules=rules, path_mode=path_mode)
         key = decision_key(request, endpoint=endpoint, mode=mode)
         if key is None:
             return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
