@@ -30,6 +30,7 @@ from tests.support.deployed import Container, Pod, deployment_container, image, 
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.reviews import admission_review, apply_patch, assert_valid_pod
 from webhook.config.rules_file import load_rules
+from webhook.core.rules import Rules, compile_rules
 
 OVERLAYS = ("manifests", *sorted(f"manifests/overlays/{p.name}" for p in (RULES_FILE.parent.parent / "manifests"
                                                                           / "overlays").iterdir() if p.is_dir()))
@@ -99,9 +100,7 @@ def test_every_backend_the_rules_know_has_queues_here() -> None:
             backend_crds.validate(obj)
 
 
-def load_rules_text(text: str) -> Any:
-    from webhook.core.rules import compile_rules
-
+def load_rules_text(text: str) -> Rules:
     return compile_rules(yaml.safe_load(text), source="test")
 
 

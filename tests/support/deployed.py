@@ -28,9 +28,9 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import requests
 
@@ -145,7 +145,6 @@ class Container:
     mounts: dict[str, dict[str, Any]]      # mountPath -> the pod's volume
     readiness: Probe | None
     liveness: Probe | None
-    spec: dict[str, Any] = field(repr=False, compare=False)
 
     def port(self, port: str | int) -> int:
         return self.ports[port] if isinstance(port, str) else int(port)
@@ -162,8 +161,7 @@ def deployment_container(objects: list[dict[str, Any]], name: str = "ai-admissio
         env=list(container.get("env", [])),
         ports={p["name"]: int(p["containerPort"]) for p in container.get("ports", []) if p.get("name")},
         mounts={m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])},
-        readiness=_probe(container.get("readinessProbe")), liveness=_probe(container.get("livenessProbe")),
-        spec=container)
+        readiness=_probe(container.get("readinessProbe")), liveness=_probe(container.get("livenessProbe")))
 
 
 def argv(container: Container, base: Image) -> list[str]:
@@ -185,7 +183,6 @@ class Pod:
     ca: str
     volumes: dict[str, KeyDir]              # mountPath -> the directory standing in for it
     log: Path
-    environment: dict[str, str]
 
     @property
     def url(self) -> str:
@@ -256,8 +253,7 @@ def start(container: Container, tmp: Path, *, kubeconfig: Path, api_port: int, r
     executable = _resolve(command[0], environment["PATH"])
     process = subprocess.Popen([executable, *command[1:]], cwd=workdir, env=environment,
                                stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    pod = Pod(container=container, process=process, port=port, ca=str(tls / "ca.crt"), volumes=volumes, log=log,
-              environment=environment)
+    pod = Pod(container=container, process=process, port=port, ca=str(tls / "ca.crt"), volumes=volumes, log=log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -305,6 +301,3 @@ def _resolve(program: str, path: str) -> str:
             return str(candidate)
     raise AssertionError(f"{program}: not on the container's PATH {path}")
 
-
-def logs(pod: Pod) -> Iterator[str]:
-    yield from pod.log.read_text(errors="replace").splitlines()

@@ -21,7 +21,7 @@ from .priority_state import UNCHECKED, PriorityClassState
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
-from .validate import Review, validate
+from .validate import CheckContext, validate
 from .workloads.generic import generic_templates, readable
 from .workloads.kinds import group_of, templates_of
 from .workloads.parallelism import World
@@ -120,7 +120,7 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, 
     ``template``: the pod a controller's template makes, whose object `judge_object` holds to the backend as a whole.
     """
     profile = build_profile(pod, rules, claims, world=world)
-    findings = validate(Review(pod, profile, rules, namespace=namespace, template=template))
+    findings = validate(CheckContext(pod, profile, rules, namespace=namespace, template=template))
     return verdict_of(findings, mode=mode, header=_header(subject, profile), profile=profile, notes=notes)
 
 

@@ -143,7 +143,7 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
         mode = resolve_mode(rules, namespace=ns, path_mode=None)
         name = str(meta.get("name") or meta.get("generateName") or "")
         # the keys of the ConfigMaps and Secrets among the files, where a container takes env from them
-        seen = env_sources.expand(obj, index.find, ns) if kind not in env_sources.KINDS.values() else obj
+        seen = env_sources.expand(obj, index.find, ns)
         judged = judge(seen, rules=rules, mode=mode, group=group, kind=kind, namespace=ns, claims=claims.source(ns),
                        resolve=index.find)
         if judged is None:

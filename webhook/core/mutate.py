@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import orjson
 
@@ -498,6 +498,15 @@ def add_backend(ctx: _Context) -> None:
         scheduling.pod_writes(ctx.pod, ctx.profile, ctx.rules, ctx.edit, ctx.warnings, ctx.job_label())
 
 
+def _voidable(spec: Mapping[str, Any], device_env: tuple[str, ...]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(kind, index, container) of each init and app container that does not name a device variable itself (one
+    that does is validation's to judge): what the voiding steps may give ``NVIDIA_VISIBLE_DEVICES=void``."""
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(podview.as_list(spec.get(kind))):
+            if isinstance(container, dict) and not any(n in podview.container_env(container) for n in device_env):
+                yield kind, index, container
+
+
 def void_visible_devices(ctx: _Context) -> None:
     """``NVIDIA_VISIBLE_DEVICES=void`` on each container of the pod that asks for no GPU (a sidecar, an init
     container), where the class's rules say so: the NVIDIA container runtime would otherwise honour its image's own
@@ -510,19 +519,16 @@ def void_visible_devices(ctx: _Context) -> None:
         return
     name = bypasses.visible_devices_env[0]
     asking = set(ctx.profile.accelerator_containers)
-    for kind in ("initContainers", "containers"):
-        for index, container in enumerate(podview.as_list(ctx.spec.get(kind))):
-            if not isinstance(container, dict) or (kind, index) in asking:
-                continue
-            if any(n in podview.container_env(container) for n in bypasses.visible_devices_env):
-                continue
+    for kind, index, _ in _voidable(ctx.spec, bypasses.visible_devices_env):
+        if (kind, index) not in asking:
             ctx.edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
 
 
 def void_env_from(pod: Mapping[str, Any], profile: Profile, rules: Rules, namespace: str) -> Mutation:
     """A pod that asks for no GPU: ``NVIDIA_VISIBLE_DEVICES=void`` on each container that takes env from a ConfigMap
-    or a Secret, whose keys admission cannot see (`webhook.core.bypasses.env_sources`); told instead where the rules do not
-    void. GPU infrastructure's namespaces, and a container that names the variable itself, are left alone."""
+    or a Secret, whose keys admission cannot see (`webhook.core.bypasses.env_sources`); told instead where the
+    rules do not void. GPU infrastructure's namespaces, and a container that names the variable itself, are left
+    alone."""
     bypasses = rules.bypasses
     spec = podview.spec(pod)
     if not bypasses.enabled or not bypasses.visible_devices_env \
@@ -531,17 +537,16 @@ def void_env_from(pod: Mapping[str, Any], profile: Profile, rules: Rules, namesp
     edit = Editor(dict(pod))
     warnings: list[str] = []
     name = bypasses.visible_devices_env[0]
-    for kind in ("initContainers", "containers"):
-        for index, container in enumerate(podview.as_list(spec.get(kind))):
-            refs = env_sources.sources(container) if isinstance(container, dict) else []
-            if not refs or any(n in podview.container_env(container) for n in bypasses.visible_devices_env):
-                continue
-            if bypasses.voids(profile.workload):
-                edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
-            else:
-                warnings.append(f"container {container.get('name')!r} takes env from "
-                                f"{env_sources.described(refs)}, which admission cannot read: if it sets {name}, "
-                                f"the container sees GPUs it never asked for")
+    for kind, index, container in _voidable(spec, bypasses.visible_devices_env):
+        refs = env_sources.sources(container)
+        if not refs:
+            continue
+        if bypasses.voids(profile.workload):
+            edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
+        else:
+            warnings.append(f"container {container.get('name')!r} takes env from {env_sources.described(refs)}, "
+                            f"which admission cannot read: if it sets {name}, the container sees GPUs it never "
+                            f"asked for")
     return Mutation(pod=edit.doc, patch=edit.ops, warnings=warnings)
 
 

@@ -268,7 +268,7 @@ def _qos_finding(pod: Mapping[str, Any]) -> Finding | None:
 
 
 @dataclass(frozen=True)
-class Review:
+class CheckContext:
     """What every check reads: the pod, its profile, the rules, the namespace it is created in (the request's,
     else its own: GPU infrastructure's namespaces are exempt from the bypass checks), and whether it is the pod a
     controller's template makes (its object is then held to the backend as a whole, once)."""
@@ -280,26 +280,26 @@ class Review:
     template: bool = False
 
 
-Check = Callable[[Review], Iterable[Finding]]
+Check = Callable[[CheckContext], Iterable[Finding]]
 
 
-def _problems(r: Review) -> Iterable[Finding]:
+def _problems(r: CheckContext) -> Iterable[Finding]:
     return r.profile.problems
 
 
-def _gpus(r: Review) -> Iterable[Finding]:
+def _gpus(r: CheckContext) -> Iterable[Finding]:
     if not r.profile.gpu_count:
         return ()
     denials, notes = _gpu_findings(r.profile, r.rules)
     return [*denials, *notes]
 
 
-def _priority(r: Review) -> Iterable[Finding]:
+def _priority(r: CheckContext) -> Iterable[Finding]:
     found = _priority_finding(r.pod, r.profile, r.rules)
     return (found,) if found else ()
 
 
-def _unknown_accelerators(r: Review) -> Iterable[Finding]:
+def _unknown_accelerators(r: CheckContext) -> Iterable[Finding]:
     if not r.profile.gpu_count:
         return ()
     return [warn("unknown-accelerator", f"{resource} is not an accelerator the rules know; it is judged as a GPU "
@@ -308,13 +308,13 @@ def _unknown_accelerators(r: Review) -> Iterable[Finding]:
             for resource in sorted(r.profile.gpus) if r.rules.is_unknown_accelerator(resource)]
 
 
-def _host_memory(r: Review) -> Iterable[Finding]:
+def _host_memory(r: CheckContext) -> Iterable[Finding]:
     if not r.profile.gpu_count or not r.rules.warn_missing_host_memory:
         return ()
     return _host_memory_findings(r.pod, r.profile)
 
 
-def _tensor_parallel(r: Review) -> Iterable[Finding]:
+def _tensor_parallel(r: CheckContext) -> Iterable[Finding]:
     profile = r.profile
     model = profile.model
     parallel = profile.tensor_parallel
@@ -326,7 +326,7 @@ def _tensor_parallel(r: Review) -> Iterable[Finding]:
                  f"tensor parallelism will be slow, prefer an NVLink model or fewer, larger cards"),)
 
 
-def _qos(r: Review) -> Iterable[Finding]:
+def _qos(r: CheckContext) -> Iterable[Finding]:
     policy = r.rules.classes.get(r.profile.workload)
     if policy is None or not policy.warn_guaranteed_qos:
         return ()
@@ -334,7 +334,7 @@ def _qos(r: Review) -> Iterable[Finding]:
     return (found,) if found else ()
 
 
-def _backend(r: Review) -> Iterable[Finding]:
+def _backend(r: CheckContext) -> Iterable[Finding]:
     """A plain pod's queue and topology (a template's pods are held to the backend through their object)."""
     if not r.rules.scheduler.active or r.template or podview.owners(r.pod):
         return ()
@@ -342,13 +342,13 @@ def _backend(r: Review) -> Iterable[Finding]:
                             rules=r.rules, namespace=_namespace(r))
 
 
-def _bypasses(r: Review) -> Iterable[Finding]:
+def _bypasses(r: CheckContext) -> Iterable[Finding]:
     if not r.rules.bypasses.enabled:
         return ()
     return bypass_findings(r.pod, r.profile, r.rules, _namespace(r))
 
 
-def _namespace(r: Review) -> str:
+def _namespace(r: CheckContext) -> str:
     return r.namespace or str(podview.metadata(r.pod).get("namespace") or "")
 
 
@@ -356,6 +356,6 @@ CHECKS: tuple[Check, ...] = (_problems, _gpus, _priority, _unknown_accelerators,
                              _backend, _bypasses)
 
 
-def validate(review: Review) -> list[Finding]:
+def validate(context: CheckContext) -> list[Finding]:
     """Every finding of every check, in the order of `CHECKS` (`verdict_of` puts the denials first)."""
-    return [finding for check in CHECKS for finding in check(review)]
+    return [finding for check in CHECKS for finding in check(context)]

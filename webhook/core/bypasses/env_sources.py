@@ -77,12 +77,12 @@ def _containers(node: Any) -> Iterator[dict[str, Any]]:
             yield from _containers(value)
 
 
-def expand(obj: Mapping[str, Any], lookup: Lookup, namespace: str) -> dict[str, Any]:
+def expand(obj: dict[str, Any], lookup: Lookup, namespace: str) -> dict[str, Any]:
     """A copy of ``obj`` whose containers carry the env their ConfigMaps and Secrets give (those ``lookup`` finds),
-    after their own: the container's own entry for a name wins, as the kubelet resolves it. ``obj`` itself when
-    nothing is added."""
+    after their own: the container's own entry for a name wins, as the kubelet resolves it. ``obj`` itself when no
+    container takes env from one."""
     if not any(sources(c) for c in _containers(obj)):
-        return dict(obj)
+        return obj
     result = copy.deepcopy(dict(obj))
     for container in _containers(result):
         own = set(podview.container_env(container))
