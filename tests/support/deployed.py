@@ -276,11 +276,13 @@ def _environment(container: Container, base: Image, paths: dict[str, Path], port
     venv = str(Path(sys.executable).parent.parent)
     translated: dict[str, str] = {}
     for key, value in env.items():
-        value = value.replace(IMAGE_PREFIX, venv)
+        # the mount paths first, on the value as the container sees it: the checkout that stands in for the image's
+        # prefix may itself lie under a mount path (a clone in /tmp, where the pod mounts an emptyDir)
         for mount_path, folder in sorted(paths.items(), key=lambda item: -len(item[0])):
             if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
                 value = str(folder) + value[len(mount_path.rstrip("/")):]
                 break
+        value = value.replace(IMAGE_PREFIX, venv)
         for container_port in container.ports.values():
             value = re.sub(rf"^([0-9.:\[\]a-z-]*):{container_port}$", rf"\g<1>:{port}", value)
         translated[key] = value
