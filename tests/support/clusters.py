@@ -19,9 +19,9 @@ import time
 from typing import Any
 
 from webhook.cluster.nodes import NodeStore
-from webhook.core.catalog import effective
-from webhook.core.nodes import DiscoveredCatalog
 from webhook.core.rules import Rules
+from webhook.core.view.node_catalog import effective
+from webhook.core.view.node_facts import DiscoveredCatalog
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 L4 = "NVIDIA-L4"

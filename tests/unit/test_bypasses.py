@@ -193,6 +193,25 @@ def test_a_container_added_to_a_running_pod_is_voided_and_judged(rules: Rules) -
     assert 'ephemeral container "debugger" sets NVIDIA_VISIBLE_DEVICES=all' in (denied.message or "")
 
 
+def test_an_ephemeral_container_with_env_of_its_own_gets_the_variable_appended(rules: Rules) -> None:
+    """Written through the same `Editor` as a pod's containers: appended to a list that exists, and only to the
+    container just added (one already there is the pod's, voided or not at its creation)."""
+    pod = sidecar_pod()
+    pod["spec"]["ephemeralContainers"] = [{"name": "earlier", "image": "busybox:1.36"}]
+    debugger = {"name": "debugger", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "env": [{"name": "TERM", "value": "xterm"}]}
+    after = copy.deepcopy(pod)
+    after["spec"]["ephemeralContainers"].append(debugger)
+    review = parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "5b0f2a51-3c1e-4a7b-9d2c-6e8f0a1b2c3d", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "ephemeralcontainers",
+        "namespace": "serving", "name": "vllm-0", "operation": "UPDATE", "object": after, "oldObject": pod}})
+    patched = decide(review, rules=rules, endpoint="mutate")
+    assert patched is not None and list(patched.patch) == [
+        {"op": "add", "path": "/spec/ephemeralContainers/1/env/-", "value": {"name": "NVIDIA_VISIBLE_DEVICES",
+                                                                             "value": "void"}}]
+    assert decide(ephemeral_review(sidecar_pod(), debugger), rules=rules, endpoint="mutate", path_mode=None) is not None
+
+
 def test_check_reports_the_paths_of_files(tmp_path: Path) -> None:
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(device_plugin_daemonset("ml-team")))
     done = subprocess.run([CLI, "check", "-f", str(tmp_path / "ds.yaml"), "-o", "json"], cwd=ROOT,

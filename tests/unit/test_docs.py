@@ -127,6 +127,6 @@ def test_every_reason_code_is_documented_and_every_documented_one_is_given() -> 
 
 
 def test_every_top_level_rules_key_has_a_description() -> None:
-    schema = json.loads((PACKAGE / "core" / "rules.schema.json").read_text(encoding="utf-8"))
+    schema = json.loads((PACKAGE / "core" / "rules" / "rules.schema.json").read_text(encoding="utf-8"))
     undescribed = [key for key, spec in schema["properties"].items() if not (spec.get("description") or "").strip()]
     assert not undescribed, f"rules.schema.json: top-level keys without a description: {undescribed}"

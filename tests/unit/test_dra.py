@@ -31,6 +31,7 @@ from webhook.core.dra.claims import CLAIM_TEMPLATE as TEMPLATE
 from webhook.core.profile import build_profile
 from webhook.core.review import parse_review
 from webhook.core.rules import Rules, RulesError, compile_rules
+from webhook.core.view.cluster_view import ClusterView
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
 
@@ -467,7 +468,7 @@ def test_decide_reads_the_namespace_of_the_request(rules: Rules) -> None:
     pod = gpu_pod(("gpu", "a100x2"))
     del pod["metadata"]["namespace"]
     request = parse_review(admission_review(pod, namespace="ml-team"))
-    verdict = decide(request, rules=rules, endpoint="mutate", claims=CLAIMS)
+    verdict = decide(request, rules=rules, endpoint="mutate", view=ClusterView(claims=CLAIMS))
     assert verdict is not None and verdict.profile is not None and verdict.profile.gpu_count == 2
 
 

@@ -17,9 +17,9 @@ import pytest
 from tests.support.builders import INFINIBAND, NCCL, SHM, gpu_pod, rules_with, shm_size
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import Verdict, mutate_verdict
-from webhook.core.priority_state import UNCHECKED as UNKNOWN
-from webhook.core.priority_state import PriorityClassState
 from webhook.core.rules import Rules
+from webhook.core.view.priority_state import UNCHECKED as UNKNOWN
+from webhook.core.view.priority_state import PriorityClassState
 
 GANG = {"classes": {"training": {"mutate": {"gang": {"schedulerName": "volcano",
                                                       "podGroupAnnotation": "scheduling.k8s.io/group-name"}}}}}

@@ -13,9 +13,9 @@ from decimal import Decimal
 from typing import Any
 
 from tests.support.nodes import gfd_node, pod
-from webhook.core.catalog import catalog_block, effective, model_name
-from webhook.core.nodes import DiscoveredCatalog, build, node_gpu
 from webhook.core.rules import Rules, compile_rules
+from webhook.core.view.node_catalog import catalog_block, effective, model_name
+from webhook.core.view.node_facts import DiscoveredCatalog, build, node_gpu
 
 MIB = Decimal(2**20)
 

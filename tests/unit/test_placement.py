@@ -376,7 +376,7 @@ def test_the_node_watch_follows_taints_and_topology(rules: Rules, tmp_path: Any)
     from tests.support.kubeapi import FakeKubeAPI
     from webhook.cluster.informer import api_calls
     from webhook.cluster.nodes import NodeWatch
-    from webhook.core.catalog import effective
+    from webhook.core.view.node_catalog import effective
 
     seen: list[Any] = []
     with FakeKubeAPI() as api:

@@ -9,11 +9,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from webhook.config.rules_file import load_rules
 from webhook.config.settings import DEFAULT_TLS_DIR, Settings, SettingsError
 from webhook.core.rules import Rules, RulesError
+
+if TYPE_CHECKING:
+    from webhook.core.view.cluster_view import ClusterView
 
 DEV_CERTS = Path(DEFAULT_TLS_DIR)
 RULES_ENV = "AI_ADMISSION_RULES"
@@ -85,6 +88,31 @@ def _device_classes(args: argparse.Namespace, command: str) -> list[dict[str, An
         return None
 
 
+def _cluster_view(args: argparse.Namespace, command: str, rules: Rules) -> ClusterView | None:
+    """One read of the cluster's nodes, GPU DeviceClasses and (with a backend) queues; None once it said why one
+    of them cannot be read."""
+    from webhook.core.view.cluster_view import CLUSTER, ClusterView, Objects
+
+    discovered = _discover(args, command, rules)
+    if discovered is None:
+        return None
+    classes = _device_classes(args, command)
+    if classes is None:
+        return None
+    queues = None
+    if rules.scheduler.active:
+        from webhook.cluster import client as kube
+        from webhook.cluster.queues import list_queues
+
+        try:
+            queues = Objects(tuple(list_queues(kube.client(args.kubeconfig), rules.scheduler.backend.queue_kinds)),
+                             CLUSTER)
+        except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
+            print(f"ai-admission {command}: cannot read the cluster's queues: {exc}", file=sys.stderr)
+            return None
+    return ClusterView(nodes=discovered, device_classes=(Objects(tuple(classes), CLUSTER),), queues=queues)
+
+
 def _check(args: argparse.Namespace) -> int:
     from webhook.core.documents import check
 
@@ -93,32 +121,16 @@ def _check(args: argparse.Namespace) -> int:
     rules = _rules(args, "check")
     if rules is None:
         return 2
+    from webhook.core.view.cluster_view import NOTHING_KNOWN
+
+    cluster = NOTHING_KNOWN
     if args.cluster:
-        from webhook.core.catalog import effective
-
-        discovered = _discover(args, "check", rules)
-        if discovered is None:
+        read = _cluster_view(args, "check", rules)
+        if read is None:
             return 2
-        rules = effective(rules, discovered)
-        classes = _device_classes(args, "check")
-        if classes is None:
-            return 2
-        from webhook.core.dra.classes import classes_of, with_device_classes
-
-        rules = with_device_classes(rules, classes_of(classes, rules, source="the cluster"))
-        if rules.scheduler.active:
-            from webhook.cluster import client as kube
-            from webhook.cluster.queues import list_queues
-            from webhook.core.backends.scheduling import with_queues
-
-            try:
-                queues = list_queues(kube.client(args.kubeconfig), rules.scheduler.backend.queue_kinds)
-            except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
-                print(f"ai-admission check: cannot read the cluster's queues: {exc}", file=sys.stderr)
-                return 2
-            rules = with_queues(rules, queues, source="the cluster")
+        cluster = read
     try:
-        report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace)
+        report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace, cluster=cluster)
     except InputError as exc:
         print(f"ai-admission check: {exc}", file=sys.stderr)
         return 2

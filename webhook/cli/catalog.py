@@ -6,9 +6,9 @@ from typing import Any
 
 import yaml
 
-from webhook.core.catalog import catalog_block, rules_model
-from webhook.core.nodes import DiscoveredCatalog, DiscoveredModel
 from webhook.core.rules import Rules
+from webhook.core.view.node_catalog import catalog_block, rules_model
+from webhook.core.view.node_facts import DiscoveredCatalog, DiscoveredModel
 
 
 def _memory(model: DiscoveredModel) -> str:

@@ -40,7 +40,7 @@ def reason_codes() -> str:
 
 
 def _schema() -> dict[str, Any]:
-    return json.loads((resources.files("webhook.core") / "rules.schema.json").read_text(encoding="utf-8"))
+    return json.loads((resources.files("webhook.core.rules") / "rules.schema.json").read_text(encoding="utf-8"))
 
 
 def rules_keys() -> str:
@@ -49,7 +49,7 @@ def rules_keys() -> str:
     rows = [(f"`{key}`", "yes" if key in required else "no", spec.get("description", ""))
             for key, spec in schema["properties"].items()]
     return (f"{GENERATED}# Rules keys\n\nThe top-level keys of a rules file (`rules/default.yaml` is the shipped one, "
-            f"commented key by key). The file is checked against `webhook/core/rules.schema.json` when loaded; a "
+            f"commented key by key). The file is checked against `webhook/core/rules/rules.schema.json` when loaded; a "
             f"bad file stops start-up (or a reload) with one line naming the file, the path inside it and the "
             f"problem.\n\n" + _table(("key", "required", "what it holds"), rows))
 

@@ -1,7 +1,7 @@
-"""The Nodes, watched: the cluster's GPU catalog and placement facts (`webhook.core.nodes`) kept current.
+"""The Nodes, watched: the cluster's GPU catalog and placement facts (`webhook.core.view.node_facts`) kept current.
 
 An `Informer` lists and watches the Nodes; each node is reduced at once to the facts the rules read (its GPU
-facts, and the labels, taints and resources placement reads: `webhook.core.nodes.NodeFacts`), and a new
+facts, and the labels, taints and resources placement reads: `webhook.core.view.node_facts.NodeFacts`), and a new
 `DiscoveredCatalog` is built and handed to ``on_change`` only when those facts change (a node heartbeat changes
 nothing). RBAC: ``list`` and ``watch`` on nodes, nothing else.
 """
@@ -13,8 +13,17 @@ import logging
 import time
 from typing import Any, Callable
 
-from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog, NodeFacts, NodeGpu, build, has_gpu_resources, node_facts, node_gpu
 from webhook.core.rules import Rules
+from webhook.core.view.node_facts import (
+    UNDISCOVERED,
+    DiscoveredCatalog,
+    NodeFacts,
+    NodeGpu,
+    build,
+    has_gpu_resources,
+    node_facts,
+    node_gpu,
+)
 
 from . import client as kube
 from .informer import Api, Informer, Observer, api_calls

@@ -1,4 +1,4 @@
-"""The cluster's PriorityClasses, watched, against the ones the rules set (see `webhook.core.priority_state` for why).
+"""The cluster's PriorityClasses, watched, against the ones the rules set (see `webhook.core.view.priority_state` for why).
 
 An `Informer` keeps every PriorityClass's value and preemption policy; after each list and event the state is
 worked out afresh for the rules in force (``wanted``, called each time, so a rules reload is taken at the next
@@ -13,14 +13,14 @@ import json
 import logging
 from typing import Any, Callable, Iterable
 
-from webhook.core.priority_state import (
+from webhook.core.rules import PriorityClassSpec
+from webhook.core.view.priority_state import (
     UNCHECKED,
     InstalledPriorityClass,
     PriorityClassState,
     installed_priority_class,
     priority_class_state,
 )
-from webhook.core.rules import PriorityClassSpec
 
 from .informer import Api, Informer, Observer, api_calls
 

@@ -8,12 +8,13 @@ compiled). It runs on every pod creation in the cluster, so setup.py compiles ev
 `make lint` enforces the rule with import-linter (the contracts in setup.cfg).
 
 The spine is flat and the features that span its stages are folders beside it (`workloads`, `backends`,
-`bypasses`, `dra`), each with its rules block, findings and writes; `validate.CHECKS` and `mutate.STEPS` list what
+`bypasses`, `dra`, `view`), each with its rules block, findings and writes; `validate.CHECKS` and `mutate.STEPS` list what
 is decided, and setup.cfg's "The core's order" contract keeps the direction.
 
 One direction of flow, a module per step: request (`review`) -> pod (`podview`, `hints`) -> class (`classify`)
 -> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`validate.CHECKS`, `findings`) -> verdict
 (`admission.verdict_of`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
-become the pods they make (`workloads`); the rules are compiled once (`rules`); the cluster's facts are
-values (`priority_state`, `nodes`, `catalog`); sets of objects are judged by `documents`.
+become the pods they make (`workloads`); the rules are compiled once (`rules`: what the file says); what is
+known of the cluster is one value beside them (`view.cluster_view.ClusterView`), which `in_force` merges into
+the rules a request is judged by; sets of objects are judged by `documents`.
 """

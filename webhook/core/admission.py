@@ -16,12 +16,13 @@ from .backends.scheduling import backend_findings, owner_mutation
 from .bypasses.paths import bypass_findings
 from .dra import claims as dra
 from .findings import Finding
-from .mutate import mutate_pod
-from .priority_state import UNCHECKED, PriorityClassState
+from .mutate import mutate_pod, void_ephemeral
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
 from .validate import CheckContext, validate
+from .view.cluster_view import NOTHING_KNOWN, ClusterView
+from .view.priority_state import UNCHECKED, PriorityClassState
 from .workloads.generic import generic_templates, readable
 from .workloads.kinds import group_of, templates_of
 from .workloads.parallelism import World
@@ -277,13 +278,14 @@ def request_mode(request: AdmissionRequest, *, rules: Rules, path_mode: str | No
 
 
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
-           priority_classes: PriorityClassState = UNCHECKED, claims: dra.ClaimIndex | None = None) -> Verdict | None:
+           view: ClusterView = NOTHING_KNOWN) -> Verdict | None:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
 
     Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
     and UPDATE, and so are DRA claims and claim templates. Of the subresources only ``pods/ephemeralcontainers``
-    is (`ephemeral_verdict`); status, scale, binding and the others never are. ``claims``: the cluster's claims
-    and templates as last seen (a watch).
+    is (`ephemeral_verdict`); status, scale, binding and the others never are. ``rules``: the rules in force
+    (`webhook.core.view.cluster_view.in_force`); ``view``: the cluster as last seen, of which a request reads the
+    PriorityClasses' state and the claims.
     """
     if request.object is None:
         return None
@@ -293,9 +295,9 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
             return ephemeral_verdict(request.object, request.old_object, rules=rules, mode=mode, namespace=namespace,
                                      mutate=endpoint == MUTATE, subject=subject_of(request))
         return None
-    source = claims.source(namespace) if claims is not None else None
+    source = view.claims.source(namespace) if view.claims is not None else None
     if request.is_pod_create and endpoint == MUTATE:
-        return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=priority_classes, claims=source,
+        return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=view.priority_classes, claims=source,
                               namespace=namespace)
     if endpoint == MUTATE and request.operation == "CREATE" and request.resource != "pods":
         return owner_verdict(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
@@ -348,20 +350,8 @@ def ephemeral_verdict(pod: Mapping[str, Any], old: Mapping[str, Any] | None, *, 
     if not added or not bypasses.enabled:
         return None
     if mutate:
-        name = bypasses.visible_devices_env[0] if bypasses.visible_devices_env else None
-        if name is None or not bypasses.void_visible_devices or \
-                bypasses.exempt(namespace, podview.spec(pod).get("serviceAccountName")):
-            return None
-        patch: list[dict[str, Any]] = []
-        for index, container in added:
-            if any(n in podview.container_env(container) for n in bypasses.visible_devices_env):
-                continue
-            entry = {"name": name, "value": "void"}
-            if isinstance(container.get("env"), list):
-                patch.append({"op": "add", "path": f"/spec/ephemeralContainers/{index}/env/-", "value": entry})
-            else:
-                patch.append({"op": "add", "path": f"/spec/ephemeralContainers/{index}/env", "value": [entry]})
-        return Verdict(allowed=True, mode=mode, profile=None, patch=tuple(patch)) if patch else None
+        voided = void_ephemeral(pod, frozenset(index for index, _ in added), rules, namespace)
+        return Verdict(allowed=True, mode=mode, profile=None, patch=tuple(voided.patch)) if voided.patch else None
     view = {"apiVersion": "v1", "kind": "Pod", "metadata": podview.metadata(pod),
             "spec": {"ephemeralContainers": [c for _, c in added],
                      "serviceAccountName": podview.spec(pod).get("serviceAccountName")}}

@@ -9,17 +9,16 @@ among them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from . import podview
 from .admission import Verdict, is_pod, judge, resolve_mode
-from .backends.scheduling import with_queues
 from .bypasses import env_sources
 from .dra import claims as dra
-from .dra.classes import classes_of, with_device_classes
 from .mutate import mutate_pod
 from .rules import Rules
+from .view.cluster_view import INPUT, NOTHING_KNOWN, ClusterView, Objects, in_force
 from .workloads.generic import gpu_mentions, readable
 from .workloads.kinds import KINDS, group_of
 
@@ -118,20 +117,25 @@ def _claim_index(documents: list[Document], namespace: str | None) -> dra.ClaimI
     return index
 
 
-def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None) -> Report:
+def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None,
+          cluster: ClusterView = NOTHING_KNOWN) -> Report:
     """Judge every document exactly as the webhook would (the mode in force for its namespace applies).
 
     Each object goes through `webhook.core.admission.judge`, the function the webhook's `decide` calls: pods,
     DRA claims with GPU requests, and the pod templates of every kind (the table's, or found by shape);
     objects with nothing to judge are skipped. Pods and templates are also mutated, for ``-o yaml``.
+
+    ``rules`` are the file's; ``cluster`` is what was read of a cluster (``check --cluster``), to which the input
+    adds its own DeviceClasses, its claims, and its queues where the cluster's are not known.
     """
     report = Report()
     documents = list(documents)
-    rules = with_device_classes(rules, classes_of((d.obj for d in documents), rules, source="the input"))
-    if rules.scheduler.active and rules.queues is None:  # the backend's queues among the files, where the cluster's are not known
-        rules = with_queues(rules, (d.obj for d in documents), source="the input")
-    index = Index(documents)
+    given = Objects(tuple(d.obj for d in documents), INPUT)
     claims = _claim_index(documents, namespace)
+    view = replace(cluster, device_classes=(*cluster.device_classes, given), queues=cluster.queues or given,
+                   claims=claims)
+    rules = in_force(rules, view)
+    index = Index(documents)
     for document in documents:
         obj = document.obj
         meta = podview.metadata(obj)

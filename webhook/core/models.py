@@ -433,7 +433,7 @@ def stated_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
 
 def models_of(rules: Rules, vendor: str | None) -> list[GpuModel]:
     """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order; those this
-    cluster's nodes have first, when the nodes are known (see webhook.core.catalog)."""
+    cluster's nodes have first, when the nodes are known (see webhook.core.view.node_catalog)."""
     models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor] or list(rules.catalog.values())
     present = rules.nodes.present if rules.nodes is not None else {}
     return [m for m in models if m.name in present] + [m for m in models if m.name not in present]

@@ -498,10 +498,11 @@ def add_backend(ctx: _Context) -> None:
         scheduling.pod_writes(ctx.pod, ctx.profile, ctx.rules, ctx.edit, ctx.warnings, ctx.job_label())
 
 
-def _voidable(spec: Mapping[str, Any], device_env: tuple[str, ...]) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(kind, index, container) of each init and app container that does not name a device variable itself (one
+def _voidable(spec: Mapping[str, Any], device_env: tuple[str, ...],
+              kinds: tuple[str, ...] = ("initContainers", "containers")) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(kind, index, container) of each container of ``kinds`` that does not name a device variable itself (one
     that does is validation's to judge): what the voiding steps may give ``NVIDIA_VISIBLE_DEVICES=void``."""
-    for kind in ("initContainers", "containers"):
+    for kind in kinds:
         for index, container in enumerate(podview.as_list(spec.get(kind))):
             if isinstance(container, dict) and not any(n in podview.container_env(container) for n in device_env):
                 yield kind, index, container
@@ -548,6 +549,25 @@ def void_env_from(pod: Mapping[str, Any], profile: Profile, rules: Rules, namesp
                             f"which admission cannot read: if it sets {name}, the container sees GPUs it never "
                             f"asked for")
     return Mutation(pod=edit.doc, patch=edit.ops, warnings=warnings)
+
+
+def void_ephemeral(pod: Mapping[str, Any], added: frozenset[int], rules: Rules, namespace: str) -> Mutation:
+    """``NVIDIA_VISIBLE_DEVICES=void`` on each ephemeral container just added to a running pod (their indices:
+    ``added``): it can ask for no resources, so it never asks for a GPU, yet it runs under the pod's RuntimeClass
+    with its image's own variable. Where the rules void, outside GPU infrastructure's namespaces; a container that
+    names the variable itself is validation's to judge. The same write as `void_visible_devices`, through the
+    same `Editor`."""
+    bypasses = rules.bypasses
+    spec = podview.spec(pod)
+    edit = Editor(dict(pod))
+    if not bypasses.visible_devices_env or not bypasses.void_visible_devices \
+            or bypasses.exempt(namespace, spec.get("serviceAccountName")):
+        return Mutation(pod=edit.doc, patch=[])
+    name = bypasses.visible_devices_env[0]
+    for kind, index, _ in _voidable(spec, bypasses.visible_devices_env, ("ephemeralContainers",)):
+        if index in added:
+            edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
+    return Mutation(pod=edit.doc, patch=edit.ops)
 
 
 STEPS: tuple[Callable[[_Context], None], ...] = (

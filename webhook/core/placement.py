@@ -4,9 +4,9 @@ keep pods off them, the network fabric they publish, the zones they are in.
 The scheduler acts only on labels and taints the nodes really carry: a pod affinity on a topology key no node has
 is ignored without a word, a toleration for a taint no node has changes nothing, and an NCCL interface the pod
 does not have stops NCCL at start. So every placement intent is derived here from the nodes (their facts,
-`webhook.core.nodes.NodeFacts`, merged into the rules by `webhook.core.catalog`), per GPU model: the nodes of the
-model a pod will run on are its *target nodes*. Offline (``check``) and without a node watch nothing is known, and
-the mutation says so instead of guessing.
+`webhook.core.view.node_facts.NodeFacts`, merged into the rules by `webhook.core.view.node_catalog`), per GPU
+model: the nodes of the model a pod will run on are its *target nodes*. Offline (``check``) and without a node
+watch nothing is known, and the mutation says so instead of guessing.
 
 Topology: each provider publishes its own keys (`rules.topology.keySets`, broad to narrow). Of the key sets, the
 one the most target nodes carry is theirs; for each of its keys the target nodes carry, a `Level` counts the
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import podview
-from .nodes import NodeFacts
 from .rules import FabricSignal, GpuModel, Rules
+from .view.node_facts import NodeFacts
 
 if TYPE_CHECKING:
     from .profile import Profile

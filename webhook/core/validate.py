@@ -37,7 +37,7 @@ def model_fix(rules: Rules, vendor: str | None) -> str:
             f'"{names.GPU_MODEL}: {model.name}" ({known})')
 
 
-# -- the cluster's nodes: what webhook.core.catalog merged into Rules.nodes (None offline or without a node watch) ----
+# -- the cluster's nodes: what webhook.core.view.node_catalog merged into Rules.nodes (None offline or without a node watch) ----
 
 def _cluster_models(rules: Rules, limit: int = 4) -> str | None:
     """"this cluster has a100-80g (3 nodes x 8 GPUs), ..." (a few: the API server cuts long warnings)."""

@@ -23,7 +23,7 @@ CERT_CRITICAL_DAYS = 3
 # Half the webhook timeout: the slowest requests are then one hiccup away from timing out, and a request that
 # times out is admitted unchecked (failurePolicy Ignore).
 SLOW_SECONDS = TIMEOUT_SECONDS / 2
-CATALOG_STALE_SECONDS = 900  # three resyncs of the node watch (webhook.core.nodes)
+CATALOG_STALE_SECONDS = 900  # three resyncs of the node watch (webhook.core.view.node_facts)
 
 
 # -- the dashboard ---------------------------------------------------------------------------------------------

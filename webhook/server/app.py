@@ -117,13 +117,12 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             metrics.bad_requests.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            rules, priority_classes, claims = running.rules, running.priority_classes, running.claim_index
+            rules, view = running.rules, running.view
             if decisions is None:
-                verdict = decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
-                                 claims=claims)
+                verdict = decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
             else:
-                verdict = decisions.decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode,
-                                           priority_classes=priority_classes, decide=decide, claims=claims)
+                verdict = decisions.decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view,
+                                           decide=decide)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)

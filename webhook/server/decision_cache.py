@@ -21,10 +21,10 @@ from typing import Callable
 import orjson
 
 from webhook.core.admission import Verdict, request_mode, subject_of
-from webhook.core.dra.claims import ClaimIndex
-from webhook.core.priority_state import PriorityClassState
 from webhook.core.review import AdmissionRequest
 from webhook.core.rules import Rules
+from webhook.core.view.cluster_view import ClusterView
+from webhook.core.view.priority_state import PriorityClassState
 
 SIZE = 512  # entries per worker (the settings' AI_ADMISSION_DECISION_CACHE); 0 turns it off
 _IGNORED_METADATA = ("name", "generateName", "uid", "managedFields")
@@ -60,15 +60,14 @@ class DecisionCache:
         self.hits = 0
 
     def decide(self, request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None,
-               priority_classes: PriorityClassState, decide: Callable[..., Verdict | None],
-               claims: ClaimIndex | None = None) -> Verdict | None:
+               view: ClusterView, decide: Callable[..., Verdict | None]) -> Verdict | None:
         """``decide(request, ...)``'s verdict, remembered when the same pod comes again."""
         _, mode = request_mode(request, rules=rules, path_mode=path_mode)
         key = decision_key(request, endpoint=endpoint, mode=mode)
         if key is None:
-            return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
-                          claims=claims)
+            return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
         subject = subject_of(request)
+        priority_classes = view.priority_classes
         with self._lock:
             if self._rules is not rules or self._priority_classes is not priority_classes:
                 self._entries.clear()
@@ -78,8 +77,7 @@ class DecisionCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return found[0]
-        verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, priority_classes=priority_classes,
-                         claims=claims)
+        verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
         with self._lock:
             if self._rules is rules and self._priority_classes is priority_classes:
                 self._entries[key] = (verdict, subject)

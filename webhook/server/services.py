@@ -1,21 +1,21 @@
 """What one worker runs besides its request handlers, started in one place: the rules in force and the
 background services that keep them and the cluster's facts current.
 
-The rules in force are the file's, with the nodes' facts merged in while a node watch runs
-(`webhook.core.catalog.effective`), and the cluster's GPU DeviceClasses while the DRA watch runs
-(`webhook.core.dra.classes`): each change (a rules reload, a node event, a class) computes a new rules object and
-hands it over in one assignment, so requests in flight keep the object they started with. The background
-services are the rules file watch (`webhook.server.reload`), the watches of PriorityClasses, Nodes and DRA
-objects (`webhook.cluster`), and the PolicyReport writer; each is switched by the settings, and each watch is
-counted by the same metrics (`webhook.server.metrics.WatchMetrics`). An app built around given rules
-(`Services.fixed`, for tests) runs none of them unless given.
+The rules in force are the file's with the cluster's view merged in (`webhook.core.view.cluster_view.in_force`):
+what the node watch, the DRA watch's DeviceClasses and the queue watch know. Each change (a rules reload, a node
+event, a class, a queue) computes a new rules object and hands it over in one assignment, so requests in flight
+keep the object they started with; `Services.view` is the cluster as a request sees it. The background services
+are the rules file watch (`webhook.server.reload`), the watches of PriorityClasses, Nodes and DRA objects
+(`webhook.cluster`), and the PolicyReport writer; each is switched by the settings, and each watch is counted by
+the same metrics (`webhook.server.metrics.WatchMetrics`). An app built around given rules (`Services.fixed`, for
+tests) runs none of them unless given.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,11 @@ from webhook.cluster.queues import QueueWatch
 from webhook.cluster.reports import ReportWriter
 from webhook.config.rules_file import default_rules_path
 from webhook.config.settings import Settings
-from webhook.core.backends.scheduling import with_queues
-from webhook.core.catalog import effective
 from webhook.core.dra.claims import ClaimIndex
-from webhook.core.dra.classes import classes_of, with_device_classes
-from webhook.core.nodes import UNDISCOVERED, DiscoveredCatalog
-from webhook.core.priority_state import UNCHECKED, PriorityClassState
 from webhook.core.rules import PriorityClassSpec, Rules
+from webhook.core.view.cluster_view import CLUSTER, NOTHING_KNOWN, ClusterView, Objects, in_force
+from webhook.core.view.node_facts import DiscoveredCatalog
+from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
 
 from .metrics import WatchMetrics, instruments
 from .reload import RulesWatch, load_at_start
@@ -61,9 +59,7 @@ class Services:
         # merged as it is wired), and a callback reads every field of the object (`_compose`). A field set after
         # the first callback made every worker die at start whenever the node watch ran.
         self._lock = threading.Lock()
-        self._discovered: DiscoveredCatalog = UNDISCOVERED
-        self._device_classes: list[dict[str, Any]] = []
-        self._queues: list[dict[str, Any]] | None = None
+        self._cluster = NOTHING_KNOWN  # what the node, DeviceClass and queue watches know
         self.rules = self.file_rules
         self.attach(node_watch=self.node_watch, claim_watch=self.claim_watch, queue_watch=self.queue_watch)
 
@@ -86,14 +82,12 @@ class Services:
             if queue_watch.listed:
                 self.set_queues(queue_watch.objects())
 
-    def _compose(self) -> Rules:
-        """The file's rules with the nodes' facts and the cluster's GPU device classes merged in (under the lock)."""
-        rules = effective(self.file_rules, self._discovered)
-        if self._device_classes:
-            rules = with_device_classes(rules, classes_of(self._device_classes, rules, source="the cluster"))
-        if self._queues is not None:
-            rules = with_queues(rules, self._queues, source="the cluster")
-        return rules
+    def _update(self, **changes: Any) -> None:
+        """One part of the cluster's view changed: the rules in force computed afresh (`in_force`) and handed
+        over in one assignment, so requests in flight keep the object they started with."""
+        with self._lock:
+            self._cluster = replace(self._cluster, **changes)
+            self.rules = in_force(self.file_rules, self._cluster)
 
     @classmethod
     def fixed(cls, rules: Rules, *, priority_class_watch: PriorityClassWatch | None = None,
@@ -106,33 +100,34 @@ class Services:
     # the rules in force
 
     def set_rules(self, rules: Rules) -> None:
-        """A reloaded rules file (the nodes' facts merged in again)."""
+        """A reloaded rules file (the cluster's view merged in again)."""
         with self._lock:
             self.file_rules = rules
-            self.rules = self._compose()
+            self.rules = in_force(rules, self._cluster)
         if self.priority_class_watch is not None:
             self.priority_class_watch.refresh()
 
     def set_discovered(self, discovered: DiscoveredCatalog) -> None:
         """A changed node catalog (merged into the file's rules)."""
-        with self._lock:
-            self._discovered = discovered
-            self.rules = self._compose()
+        self._update(nodes=discovered)
         _count_catalog(discovered)
 
     def set_queues(self, objects: list[dict[str, Any]]) -> None:
         """The scheduler backend's queues changed (the checks of a workload's queue read them)."""
-        with self._lock:
-            self._queues = objects
-            self.rules = self._compose()
+        self._update(queues=Objects(tuple(objects), CLUSTER))
 
     def set_device_classes(self, objects: list[dict[str, Any]]) -> None:
         """The cluster's DeviceClasses changed (their GPU classes merged into the rules)."""
-        with self._lock:
-            self._device_classes = objects
-            self.rules = self._compose()
+        self._update(device_classes=(Objects(tuple(objects), CLUSTER),) if objects else ())
 
     # what the request path reads
+
+    @property
+    def view(self) -> ClusterView:
+        """The cluster as a request sees it: the watches' view, with the PriorityClasses' and claims' latest."""
+        cluster = self._cluster
+        return ClusterView(nodes=cluster.nodes, device_classes=cluster.device_classes, queues=cluster.queues,
+                           priority_classes=self.priority_classes, claims=self.claim_index)
 
     @property
     def priority_classes(self) -> PriorityClassState:

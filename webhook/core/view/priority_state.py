@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .rules import PriorityClassSpec
+from ..rules import PriorityClassSpec
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The rules' GPU catalog merged with what the nodes publish (`webhook.core.nodes`).
+"""The rules' GPU catalog merged with what the nodes publish (`webhook.core.view.node_facts`).
 
 The static catalog stays the fallback and the offline default. When the nodes are known, the rules in force are
 an *effective* copy (swapped whole, as a reloaded rules file is): a catalog model that nodes have takes the
@@ -17,9 +17,9 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Any, Iterable
 
-from .nodes import DiscoveredCatalog, DiscoveredModel
-from .placement import placement
-from .rules import GpuModel, NodeCatalog, Rules, normalize_model_name
+from ..placement import placement
+from ..rules import GpuModel, NodeCatalog, Rules, normalize_model_name
+from .node_facts import DiscoveredCatalog, DiscoveredModel
 
 MIB = Decimal(2**20)
 ABSENT_SEVERITIES = ("warn", "deny")
