@@ -23,12 +23,13 @@ $(STAMP): setup.cfg pyproject.toml setup.py $(CONSTRAINTS)
 
 # Every file generated from the code and the rules, written afresh (the tests compare each committed copy with
 # what the code generates and name this target when one is stale): the webhook configurations, PriorityClasses,
-# the backstop policies, the Prometheus objects, and the reference pages of docs/.
+# the backstop policies, the native class policies, the Prometheus objects, and the reference pages of docs/.
 generated: $(STAMP)
 	$(BIN)/ai-admission manifests priorityclasses >manifests/base/priorityclasses.yaml
 	$(BIN)/ai-admission manifests webhooks >manifests/base/webhooks.yaml
 	$(BIN)/ai-admission manifests policy >manifests/components/backstop/policy.yaml
 	$(BIN)/ai-admission manifests tolerations >manifests/components/backstop-tolerations/tolerations.yaml
+	$(BIN)/ai-admission manifests native >manifests/components/native/native.yaml
 	$(BIN)/ai-admission manifests dashboard >manifests/components/prometheus/dashboard.json
 	$(BIN)/ai-admission manifests prometheusrule >manifests/components/prometheus/prometheusrule.yaml
 	$(BIN)/ai-admission manifests servicemonitor >manifests/components/prometheus/servicemonitor.yaml

@@ -9,6 +9,10 @@ nothing stored) by client threads with keep-alive connections: 16 for throughput
   owner reference, GPU request, profile annotations);
 - mix: the fixture pods in turn (GPU and plain, allowed and denied).
 
+The native set (`webhook.generate.native`: the classes' MutatingAdmissionPolicies, the GPU toleration policy and
+the backstop ValidatingAdmissionPolicy, all inside the API server) is measured alone, with no webhook, and beside
+ai-admission; the time from applying each of its policies to the API server acting on it is measured first.
+
 A second baseline, the minimal app answering with ai-admission's own patches (tests/bench/patching_app.py), makes
 the API server do what ai-admission's answers make it do: it separates the cost of mutating at all (paid in the
 API server) from ai-admission's own. ``--one-label`` adds the same app answering with a one-operation patch (a
@@ -53,7 +57,7 @@ from webhook.generate.webhooks import priority_classes
 BURST_POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
     "metadata": {"generateName": "train-sweep-", "labels": {"job-name": "train-sweep", "batch.kubernetes.io/job-name": "train-sweep"},
-                 "annotations": {"ai-admission.io/gpu-memory": "20Gi"},
+                 "annotations": {"ai-admission.io/gpu-memory": "20Gi", "ai-admission.io/workload-type": "training"},
                  "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train-sweep", "controller": True,
                                       "blockOwnerDeletion": True, "uid": "6f1d2c3b-0000-4000-8000-000000000001"}]},
     "spec": {"restartPolicy": "Never", "nodeSelector": {"gpu-type": "a100-80g"},
@@ -63,6 +67,10 @@ BURST_POD: dict[str, Any] = {
 }
 
 
+NATIVE_LABEL = "bench.ai-admission.io/native"  # the native set is bound to namespaces with this label
+NATIVE = "native set (no webhook)"
+ONE_LABEL_POLICY = "a one-label MutatingAdmissionPolicy"  # what any mutating policy that acts costs
+BOTH = "ai-admission + native set"
 PATCHING = "minimal app + ai-admission's patches"  # tests/bench/patching_app.py
 ONE_LABEL = "minimal app + a one-label patch"  # the same, AI_ADMISSION_BENCH_PATCH=one-label
 
@@ -122,11 +130,67 @@ def measure(plane: ControlPlane, subject: Subject, pods: list[dict[str, Any]], *
                failed=sum(1 for o in outcomes if not o.as_expected), ops_per_patch=ops)
 
 
-def register(plane: ControlPlane, *, name: str, url: str, ca_pem: bytes, rules: Any) -> str:
+def register(plane: ControlPlane, *, name: str, url: str, ca_pem: bytes, rules: Any,
+             labels: dict[str, str] | None = None) -> str:
     """Register ``url`` as the two webhooks for a namespace of its own; the namespace."""
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
         routed_configurations(url=url, ca_pem=ca_pem, rules=rules, route=name)))
-    return plane.create_namespace(namespace_name(f"bench-{name}"), {ROUTE_LABEL: name})
+    return plane.create_namespace(namespace_name(f"bench-{name}"), {ROUTE_LABEL: name, **(labels or {})})
+
+
+def _dry_run(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> requests.Response:
+    return requests.post(f"{plane.url}/api/v1/namespaces/{namespace}/pods?dryRun=All", json=pod,
+                         headers=plane.auth_headers(), verify=str(plane.ca), timeout=10)
+
+
+def one_label_policy(plane: ControlPlane) -> str:
+    """A MutatingAdmissionPolicy that sets one label on every pod, bound to a namespace of its own: the least a
+    native mutation costs (the API server's fixed work for a policy that acts); the namespace."""
+    name = "bench-one-label"
+    objects = [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy", "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail", "reinvocationPolicy": "Never",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": ["pods"]}]},
+                  "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                      "expression": "Object{metadata: Object.metadata{labels: {'bench.ai-admission.io/seen': 'yes'}}}"}}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+         "metadata": {"name": name}, "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
+             "matchExpressions": [{"key": name, "operator": "Exists"}]}}}}]
+    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    assert done.returncode == 0, done.stderr
+    return plane.create_namespace(namespace_name("bench-one-label"), {ROUTE_LABEL: "one-label", name: "true"})
+
+
+def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, float]]:
+    """Apply the native set (bound to a namespace of its own, created first) and time, from the moment the apply
+    returned, until the API server acts on each kind of policy; the namespace and the seconds per policy."""
+    from tests.support.e2e_install import BARE_POD
+    from webhook.generate import backstop, native
+
+    namespace = plane.create_namespace(namespace_name("bench-native"), {ROUTE_LABEL: "native", NATIVE_LABEL: "true"})
+    objects = native.native_set(rules, [{"key": NATIVE_LABEL, "operator": "Exists"}])
+    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    assert done.returncode == 0, done.stderr
+    applied = time.monotonic()
+    profiled = copy.deepcopy(BURST_POD)
+    unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
+    del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]
+    probes = {
+        native.policy_name("training"): lambda: _dry_run(plane, namespace, profiled).json().get("spec", {})
+        .get("priorityClassName") == "ai-training",
+        native.TOLERATIONS: lambda: any(t.get("key") == "nvidia.com/gpu" for t in _dry_run(
+            plane, namespace, unclassed).json().get("spec", {}).get("tolerations", [])),
+        backstop.NAME: lambda: backstop.NAME in _dry_run(plane, namespace, BARE_POD).text,
+    }
+    enforced: dict[str, float] = {}
+    deadline = applied + 120
+    while len(enforced) < len(probes) and time.monotonic() < deadline:
+        for name, probe in probes.items():
+            if name not in enforced and probe():
+                enforced[name] = time.monotonic() - applied
+        time.sleep(0.05)
+    return namespace, enforced
 
 
 def go_floor(work: Path, tls: Path) -> tuple[subprocess.Popen[bytes], str] | None:
@@ -204,6 +268,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                         rules=rules)))
         subjects.append(Subject("ai-admission", register(plane, name="ours", url=ours.url, ca_pem=ca_pem, rules=rules),
                                 metrics_url=ours.url + "/metrics", ca=str(tls / "ca.crt")))
+        native_namespace, enforced = install_native(plane, rules)
+        subjects.append(Subject(NATIVE, native_namespace))
+        subjects.append(Subject(ONE_LABEL_POLICY, one_label_policy(plane)))
+        subjects.append(Subject(BOTH, register(plane, name="both", url=ours.url, ca_pem=ca_pem, rules=rules,
+                                               labels={NATIVE_LABEL: "true"}),
+                                metrics_url=ours.url + "/metrics", ca=str(tls / "ca.crt")))
         if args.without_cache:  # the same server with the decision cache off, measured in the same turns
             with _environment(AI_ADMISSION_DECISION_CACHE="0"):
                 uncached = Server(tls)
@@ -222,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                         run = measure(plane, subject, pods, connections=connections, seconds=args.seconds)
                         results.setdefault((subject.name, load_name, connections), []).append(run)
     print(report(results, subjects=[s.name for s in subjects], loads=list(loads), args=args))
+    print("\nFrom applying the native set to the API server acting on each policy: " + ", ".join(
+        f"{name} {seconds:.2f} s" for name, seconds in enforced.items()) + " (target: 2 s).")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
@@ -263,6 +335,12 @@ def report(results: dict[tuple[str, str, int], list[Run]], *, subjects: list[str
                        f"({added[PATCHING]:.2f} ms, {rates[PATCHING]:,.0f} pods/s): "
                        f"**{added[ours] / added[PATCHING]:.2f}x** the latency, "
                        f"**{rates[ours] / rates[PATCHING]:.2f}x** the throughput")
+        go = next((n for n in subjects if n.startswith("Go ")), None)
+        summary.append(f"- {load}: the native set alone adds {added[NATIVE]:.2f} ms and keeps "
+                       f"{rates[NATIVE] / base16:.0%} of the throughput (a one-label policy: "
+                       f"{added[ONE_LABEL_POLICY]:.2f} ms, {rates[ONE_LABEL_POLICY] / base16:.0%})" +
+                       (f" (Go allow-all webhook: {added[go]:.2f} ms, {rates[go] / base16:.0%})" if go else "") +
+                       f"; with ai-admission too, {added[BOTH]:.2f} ms and {rates[BOTH] / base16:.0%}")
     return "\n".join([*lines, "", *summary])
 
 

@@ -19,7 +19,7 @@ from webhook.core.workloads.kinds import KINDS
 from webhook.server.draining import GRACEFUL_SECONDS
 
 OVERLAYS = ["manifests", "manifests/base", "manifests/overlays/cert-manager", "manifests/overlays/prometheus",
-            "manifests/overlays/policy-reports", "manifests/overlays/backstop"]
+            "manifests/overlays/policy-reports", "manifests/overlays/backstop", "manifests/overlays/native"]
 
 
 FOREIGN_GROUPS = {"cert-manager.io/v1", "monitoring.coreos.com/v1"}
@@ -49,7 +49,8 @@ def test_every_rendered_object_is_valid(path: str) -> None:
 @pytest.mark.parametrize("command,path", [("priorityclasses", "base/priorityclasses.yaml"),
                                           ("webhooks", "base/webhooks.yaml"),
                                           ("policy", "components/backstop/policy.yaml"),
-                                          ("tolerations", "components/backstop-tolerations/tolerations.yaml")])
+                                          ("tolerations", "components/backstop-tolerations/tolerations.yaml"),
+                                          ("native", "components/native/native.yaml")])
 def test_generated_manifests_are_current(command: str, path: str) -> None:
     done = subprocess.run([CLI, "manifests", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
     committed = (ROOT / "manifests" / path).read_text()
@@ -203,6 +204,17 @@ def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, 
     audit = find(objects, "ValidatingAdmissionPolicyBinding", f"{name}-audit")
     assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "nvidia-gpu-operator"]} \
         in audit["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+
+
+def test_native_overlay_adds_a_policy_per_class_the_tolerations_and_the_backstop(base: list[dict[str, Any]],
+                                                                               rules: Rules) -> None:
+    objects = render("manifests/overlays/native")
+    added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
+    for workload in rules.classes:
+        assert {("MutatingAdmissionPolicy", f"ai-admission-native-{workload}"),
+                ("MutatingAdmissionPolicyBinding", f"ai-admission-native-{workload}")} <= added
+    assert ("MutatingAdmissionPolicy", "ai-admission-native-tolerations") in added
+    assert ("ValidatingAdmissionPolicy", "ai-admission-gpu-model-and-memory") in added
 
 
 def test_policy_reports_overlay_may_read_what_it_judges_and_write_only_reports(base: list[dict[str, Any]],

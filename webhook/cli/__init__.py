@@ -246,6 +246,15 @@ def _manifests(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render(backstop.toleration_policy(rules), "tolerations"))
         return 0
+    if args.what == "native":
+        from webhook.generate import native
+
+        if rules.scheduler.active:
+            print(f"ai-admission manifests: the {rules.scheduler.backend.name} backend's words on pods (queue, "
+                  f"scheduler, group) are not in the native policies; while the webhook is down, pods get the "
+                  f"class's /dev/shm and priority but reach the default scheduler's path", file=sys.stderr)
+        sys.stdout.write(render(native.policies(rules), "native"))
+        return 0
     if pod_condition(rules) is None:
         print(f"ai-admission manifests: {rules.source} uses a regular expression CEL cannot express; the webhooks "
               f"get no matchConditions and the API server sends them every pod", file=sys.stderr)
@@ -313,11 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base, "
                                                       "manifests/components/prometheus and .../backstop)")
-    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "policy", "tolerations", "dashboard",
-                                            "prometheusrule", "servicemonitor"))
+    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "policy", "tolerations", "native",
+                                            "dashboard", "prometheusrule", "servicemonitor"))
     manifests.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml): the classes' "
                                            f"PriorityClasses, which pods the webhooks are sent, and the backstop "
-                                           f"policy (the ValidatingAdmissionPolicy and its bindings)")
+                                           f"policy (the ValidatingAdmissionPolicy and its bindings), the classes' "
+                                           f"native MutatingAdmissionPolicies")
     manifests.set_defaults(func=_manifests)
 
     docs = commands.add_parser("docs", help="write the reference pages generated from the code (reason codes, rules "

@@ -48,7 +48,7 @@ from .match_conditions import (
     cel_string,
     share_annotation_clause,
 )
-from .webhooks import EXCLUDED_NAMESPACES
+from .webhooks import EXCLUDED_NAMESPACES, excluded_namespaces
 
 NAME = "ai-admission-gpu-model-and-memory"
 ACTIONS = {"deny": ["Deny"], "warn": ["Warn"], "audit": ["Audit"]}
@@ -78,7 +78,7 @@ def _integer(value: str) -> str:
             f"(type(iv) == string && iv.trim().matches('^[0-9]+$') ? int(iv.trim()) : 0))")
 
 
-def _text(value: str) -> str:
+def quantity_text(value: str) -> str:
     """A quantity as the webhook reads it: a string (trimmed) or a number written as one."""
     return (f"cel.bind(qv, {value}, type(qv) == string ? qv.trim() : "
             f"((type(qv) == int || type(qv) == uint || type(qv) == double) ? string(qv) : ''))")
@@ -430,8 +430,8 @@ class Rule:
         whole number)."""
         count = ("cel.bind(q, {text}, isQuantity(q) && quantity(q).isInteger() && "
                  "quantity(q).isGreaterThan(quantity('0')))")
-        limit = count.format(text=_text("li[n]"))
-        request = count.format(text=_text("rq[n]"))
+        limit = count.format(text=quantity_text("li[n]"))
+        request = count.format(text=quantity_text("rq[n]"))
         return (f"cel.bind(rr, {resources}, "
                 f"cel.bind(li, cel.bind(l0, type(rr) == map ? rr.?limits.orValue({{}}) : {{}}, "
                 f"type(l0) == map ? l0 : {{}}), "
@@ -480,7 +480,7 @@ class Rule:
         sharing = sorted({*self.rules.memory_resources, *self.rules.memory_percent_resources,
                           *self.rules.share_resources})
         if sharing:
-            amount = (f"cel.bind(q, {_text('mv')}, q != '' && isQuantity(q) && "
+            amount = (f"cel.bind(q, {quantity_text('mv')}, q != '' && isQuantity(q) && "
                       f"quantity(q).isGreaterThan(quantity('0')))")
             value = ("cel.bind(li, cel.bind(l0, r.?limits.orValue({}), type(l0) == map ? l0 : {}), "
                      "cel.bind(rq, cel.bind(r0, r.?requests.orValue({}), type(r0) == map ? r0 : {}), "
@@ -769,17 +769,13 @@ def bindings(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = 
                         "values": [*EXCLUDED_NAMESPACES, *others]}
             bind(f"{NAME}-{mode}", mode, [excluded, unlabelled], namespaced_only=False)
         elif mapped:
-            bind(f"{NAME}-{mode}", mode, [_excluded(), unlabelled,
+            bind(f"{NAME}-{mode}", mode, [excluded_namespaces(), unlabelled,
                                            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": mapped}],
                  namespaced_only=True)
         if mode != "deny":
-            bind(f"{NAME}-{mode}-label", mode, [_excluded(), {"key": MODE_LABEL, "operator": "In", "values": [mode]}],
+            bind(f"{NAME}-{mode}-label", mode, [excluded_namespaces(), {"key": MODE_LABEL, "operator": "In", "values": [mode]}],
                  namespaced_only=True)
     return found
-
-
-def _excluded() -> dict[str, Any]:
-    return {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
 
 
 def manifests(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -792,14 +788,17 @@ def manifests(rules: Rules, namespace_expressions: list[dict[str, Any]] | None =
 TOLERATIONS = "ai-admission-gpu-tolerations"
 
 
-def toleration_policy(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """A MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.36+) and its binding that give a
-    pod the toleration of each accelerator resource it asks for, as `webhook.core.mutate.add_tolerations` does (key:
-    the resource, ``Exists``, ``NoSchedule``; not when a toleration the pod has already covers it), so that pods
-    created while the webhook is down still reach tainted GPU nodes. The class's own pool tolerations and a DRA
-    claim's device-class taint stay the webhook's. Empty when the rules add no GPU tolerations."""
-    if not rules.mutation.gpu_tolerations:
-        return []
+TOLERATION = "Object.spec.tolerations{key: n, operator: 'Exists', effect: 'NoSchedule'}"  # for each missing ``n``
+
+
+# the whole list again, with the missing ones added (``variables.missing``, `toleration_variables`)
+TOLERATIONS_PATCH = ("size(variables.missing) == 0 ? [] : [JSONPatch{op: 'add', path: '/spec/tolerations', "
+                     f"value: object.spec.?tolerations.orValue([]) + variables.missing.map(n, {TOLERATION})}}]")
+
+
+def toleration_variables(rules: Rules) -> list[dict[str, str]]:
+    """``asked``: the accelerators the pod's containers ask for, each once; ``missing``: those no toleration of the
+    pod covers (`webhook.core.mutate._covers` for an ``Exists``/``NoSchedule`` toleration)."""
     rule = Rule(rules)
     containers = "object.spec.containers + object.spec.?initContainers.orValue([])"
     # each container's accelerators, flattened through a string (names hold no comma) and each kept once
@@ -808,30 +807,39 @@ def toleration_policy(rules: Rules, namespace_expressions: list[dict[str, Any]] 
     covers = ("object.spec.?tolerations.orValue([]).exists(t, "
               "(!has(t.effect) || t.effect == '' || t.effect == 'NoSchedule') && "
               "has(t.operator) && t.operator == 'Exists' && (!has(t.key) || t.key == '' || t.key == n))")
-    toleration = "Object.spec.tolerations{key: n, operator: 'Exists', effect: 'NoSchedule'}"
-    patch = ("size(variables.missing) == 0 ? [] : [JSONPatch{op: 'add', path: '/spec/tolerations', "
-             f"value: object.spec.?tolerations.orValue([]) + variables.missing.map(n, {toleration})}}]")
+    return [{"name": "asked", "expression": without_bind(names)},
+            {"name": "missing", "expression": f"variables.asked.filter(n, !{covers})"}]
+
+
+def toleration_policy(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None, *,
+                      name: str = TOLERATIONS, unless: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """A MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes 1.36+) and its binding that give a
+    pod the toleration of each accelerator resource it asks for, as `webhook.core.mutate.add_tolerations` does (key:
+    the resource, ``Exists``, ``NoSchedule``; not when a toleration the pod has already covers it), so that pods
+    created while the webhook is down still reach tainted GPU nodes. The class's own pool tolerations and a DRA
+    claim's device-class taint stay the webhook's. Empty when the rules add no GPU tolerations. ``unless``: one
+    more match condition, for the pods another policy gives their tolerations (the native set's class policies)."""
+    if not rules.mutation.gpu_tolerations:
+        return []
     labels = {"app.kubernetes.io/name": "ai-admission"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": TOLERATIONS, "labels": labels},
+        "metadata": {"name": name, "labels": labels},
         "spec": {
             "failurePolicy": "Ignore",  # a toleration is a convenience; the webhook adds it again when it is up
             "reinvocationPolicy": "IfNeeded",
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                                                     "operations": ["CREATE"], "resources": ["pods"]}],
                                  "matchPolicy": "Equivalent"},
-            "matchConditions": [{"name": "may-ask-for-accelerators", "expression": accelerator_clause(rules)}],
-            "variables": [
-                {"name": "asked", "expression": without_bind(names)},
-                {"name": "missing", "expression": f"variables.asked.filter(n, !{covers})"},
-            ],
-            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}],
+            "matchConditions": [*([unless] if unless else []),
+                                {"name": "may-ask-for-accelerators", "expression": accelerator_clause(rules)}],
+            "variables": toleration_variables(rules),
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": TOLERATIONS_PATCH}}],
         },
     }
     binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-               "metadata": {"name": TOLERATIONS, "labels": labels},
-               "spec": {"policyName": TOLERATIONS,
+               "metadata": {"name": name, "labels": labels},
+               "spec": {"policyName": name,
                         "matchResources": {"namespaceSelector": {
-                            "matchExpressions": [_excluded(), *(namespace_expressions or [])]}}}}
+                            "matchExpressions": [excluded_namespaces(), *(namespace_expressions or [])]}}}}
     return [policy, binding]

@@ -46,13 +46,13 @@ def _client_config(path: str) -> dict[str, Any]:
     return {"service": {"name": NAME, "namespace": NAME, "path": path, "port": 443}}
 
 
-def _excluded() -> dict[str, Any]:
+def excluded_namespaces() -> dict[str, Any]:
     """The immutable name label: a namespace cannot opt itself out by relabelling."""
     return {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
 
 
 def _namespace_selector(mode: str | None) -> dict[str, Any]:
-    expressions: list[dict[str, Any]] = [_excluded()]
+    expressions: list[dict[str, Any]] = [excluded_namespaces()]
     if mode is None:
         expressions.append({"key": MODE_LABEL, "operator": "NotIn", "values": ["warn", "audit"]})
     else:
@@ -117,7 +117,7 @@ def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
         "webhooks": [{"name": MUTATING_WEBHOOK, "clientConfig": _client_config("/mutate"),
                       "rules": [POD_RULE, *([EPHEMERAL_RULE] if rules.bypasses.enabled else []), *owner_rules],
                       "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
-                      "namespaceSelector": {"matchExpressions": [_excluded()]},
+                      "namespaceSelector": {"matchExpressions": [excluded_namespaces()]},
                       **_only_when(match_conditions(rules, pods_only=not owners)), **_common()}],
     }
     validating_conditions = match_conditions(rules, pods_only=False)

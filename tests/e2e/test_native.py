@@ -1,0 +1,278 @@
+"""The native set through a real kube-apiserver: with no webhook on a pod's path, the classes'
+MutatingAdmissionPolicies give it what /mutate gives it, and the backstop denies a bare GPU pod.
+
+Every fixture pod, annotated with the class the webhook gives it, goes through the API server (server dry run)
+in a namespace no webhook is registered for; what the policies wrote is compared, field by field, with the
+webhook's own patch applied to the same pod in-process. A class policy acts on a pod whole or not at all (a pod
+whose GPUs CEL cannot count as the webhook does is left to the webhook), so each pod is either mutated exactly as
+the webhook mutates it or left as it came, and the profiled pods of the issue must be in the first group. Then
+the webhook and the policies together: the pod is the webhook's alone, and the webhook adds only what is left.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonpatch
+import pytest
+import yaml
+
+from tests.conftest import ROOT, start_server, stop_server
+from tests.support.apiserver import create, for_apiserver, named
+from tests.support.control_plane import ControlPlane, namespace_name
+from tests.support.e2e_install import BARE_POD, PROFILED_POD, ROUTE_LABEL, install, route_labels, uninstall
+from tests.support.fixtures import POD_CASES
+from webhook.core import names
+from webhook.core.admission import mutate_verdict
+from webhook.core.rules import Rules
+from webhook.core.workloads.kinds import templates_of
+from webhook.generate import backstop, native
+from webhook.generate.webhooks import priority_classes
+
+pytestmark = [pytest.mark.e2e]
+
+NATIVE = "test.ai-admission.io/native"  # the test binds every policy of the set to namespaces with this label
+SHM = "/dev/shm"
+PUBLISHED = ROOT.parent / "shared" / "published-manifests"  # read in place, where ../shared is present
+
+
+def inference_pod() -> dict[str, Any]:
+    """A profiled inference pod, as a Deployment of vLLM's published example makes it (one GPU, a model and its
+    memory by annotation)."""
+    pod = named(PROFILED_POD, "serve")
+    pod["metadata"]["annotations"] = {names.WORKLOAD_TYPE: "inference", names.GPU_MEMORY: "20Gi"}
+    pod["metadata"]["labels"] = {"app": "vllm"}
+    pod["spec"]["containers"][0].update(name="vllm", image="vllm/vllm-openai:v0.6.3",
+                                        resources={"limits": {"nvidia.com/gpu": "1", "memory": "32Gi"}})
+    return pod
+
+
+def sized_training_pod() -> dict[str, Any]:
+    """Training with a memory limit that caps /dev/shm below the per-GPU size, and a sidecar and an init container."""
+    pod = named(PROFILED_POD, "sized")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8", "memory": "40Gi"}}
+    pod["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox:1.36", "resources": {"limits": {"memory": "1Gi"}}},
+        {"name": "log-shipper", "image": "busybox:1.36", "restartPolicy": "Always",
+         "resources": {"limits": {"memory": "1536Mi"}}}]
+    return pod
+
+
+PROFILED = {"train": PROFILED_POD, "serve": inference_pod(), "sized": sized_training_pod()}
+
+
+def with_class(pod: dict[str, Any], rules: Rules) -> dict[str, Any] | None:
+    """The pod naming the class the webhook gives it (the first thing the webhook and the policies read); None for
+    a pod of no class."""
+    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    workload = verdict.profile.workload if verdict.profile else None
+    if workload not in rules.classes:
+        return None
+    result = copy.deepcopy(pod)
+    result["metadata"].setdefault("annotations", {})[names.WORKLOAD_TYPE] = workload
+    return result
+
+
+def webhooks_pod(pod: dict[str, Any], rules: Rules) -> dict[str, Any]:
+    """``pod`` as the webhook's /mutate patch leaves it (the cluster's nodes not known, as here)."""
+    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
+
+
+# DefaultTolerationSeconds, a built-in admission plugin, adds these to every pod
+DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def gpu_tolerations(pod: dict[str, Any], sent: dict[str, Any], accelerators: set[str]) -> list[dict[str, Any]]:
+    """The tolerations added to ``sent`` for its accelerators (the class's pool tolerations are the webhook's)."""
+    before = sent["spec"].get("tolerations") or []
+    return sorted((t for t in pod["spec"].get("tolerations") or [] if t not in before
+                   and t.get("key") not in DEFAULT_TOLERATIONS and t.get("key") in accelerators), key=str)
+
+
+def covered(pod: dict[str, Any], rules: Rules, own: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the class policies write, read off a pod: /dev/shm (the volume and each mount), the PriorityClass with
+    its value and preemption policy (where ``own``, the pod as sent, names no class), the class label, the
+    run-time bound."""
+    spec, meta = pod["spec"], pod["metadata"]
+    volume = rules.mutation.shm_volume_name
+    mounts = {f"{kind}/{c['name']}": [m for m in c.get("volumeMounts") or [] if m.get("mountPath") == SHM]
+              for kind in ("initContainers", "containers") for c in spec.get(kind) or []}
+    named_class = spec.get("priorityClassName")
+    written = named_class and not (own or {}).get("spec", {}).get("priorityClassName")
+    return {"volume": [v for v in spec.get("volumes") or [] if v.get("name") == volume], "mounts": mounts,
+            "priorityClassName": named_class,
+            # the Priority plugin resolves these for every pod; they count only beside a class written for it
+            "priority": spec.get("priority") if written else None,
+            "preemptionPolicy": spec.get("preemptionPolicy") if written else None,
+            "label": (meta.get("labels") or {}).get(names.WORKLOAD_TYPE),
+            "activeDeadlineSeconds": spec.get("activeDeadlineSeconds")}
+
+
+@pytest.fixture(scope="module")
+def plain(control_plane: ControlPlane) -> str:
+    """A namespace with no policy and no webhook: what the API server alone makes of a pod (its defaults)."""
+    return control_plane.create_namespace(namespace_name("plain"), {ROUTE_LABEL: "no-webhook"})
+
+
+@pytest.fixture(scope="module")
+def native_installed(control_plane: ControlPlane, rules: Rules) -> Iterator[str]:
+    """The native set bound to namespaces with the test label (its mutating policies fail closed here, so that an
+    error in their CEL shows), and a namespace that no webhook is registered for."""
+    objects = native.native_set(rules, [{"key": NATIVE, "operator": "Exists"}])
+    for obj in objects:
+        if obj["kind"] == "MutatingAdmissionPolicy":
+            obj["spec"]["failurePolicy"] = "Fail"
+    done = control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([*priority_classes(rules), *objects]))
+    assert done.returncode == 0, done.stderr
+    namespace = control_plane.create_namespace(namespace_name("native"), {NATIVE: "true", ROUTE_LABEL: "no-webhook"})
+    deadline = time.monotonic() + 60
+    while (natively(control_plane, namespace, PROFILED_POD) or {}).get("spec", {}).get("priorityClassName") is None:
+        assert time.monotonic() < deadline, "the native policies do not act"
+        time.sleep(0.2)
+    yield namespace
+    control_plane.kubectl("delete", "--ignore-not-found",
+                          *[f"{o['kind'].lower()}/{o['metadata']['name']}" for o in objects])
+
+
+def natively(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod as created (server dry run); None when the API server refused it for its own reasons (a pod that can
+    never exist, or one the backstop denies)."""
+    done = create(plane, namespace, for_apiserver(pod, namespace), dry_run=True)
+    if done.returncode != 0:
+        assert native.PREFIX not in done.stderr, done.stderr  # no policy of the set failed
+        return None
+    return json.loads(done.stdout)
+
+
+def test_the_profiled_pods_are_mutated_as_the_webhook_mutates_them(control_plane: ControlPlane,
+                                                                     native_installed: str, rules: Rules) -> None:
+    """The issue's bar: a profiled training pod and a profiled inference pod, with no webhook, admitted with what
+    the webhook gives them."""
+    for name, pod in PROFILED.items():
+        got = natively(control_plane, native_installed, pod)
+        assert got is not None, name
+        sent = for_apiserver(pod, native_installed)
+        expected = covered(webhooks_pod(sent, rules), rules, sent)
+        assert covered(got, rules, sent) == expected, name
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in got["spec"]["tolerations"]
+        assert expected["volume"] and expected["priorityClassName"], name  # there was something to write
+    sized = natively(control_plane, native_installed, PROFILED["sized"])
+    assert sized is not None and sized["spec"]["volumes"][-1]["emptyDir"]["sizeLimit"] == "21248Mi"  # (40Gi + 1.5Gi) / 2, below 8 x 4Gi
+
+
+def compared(plane: ControlPlane, native_namespace: str, plain: str, rules: Rules,
+             pods: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[str], list[str]]:
+    """Each pod (with the class the webhook gives it) through the policies, against the webhook's patch: (mutated
+    as the webhook mutates it, left as it came, refused by the API server). Whole or nothing, else it fails."""
+    same, left, refused = [], [], []
+    for name, original in pods:
+        pod = with_class(original, rules)
+        if pod is None:
+            continue
+        got = natively(plane, native_namespace, pod)
+        if got is None:
+            refused.append(name)
+            continue
+        sent = for_apiserver(pod, native_namespace)
+        by_webhook, as_sent = natively(plane, plain, webhooks_pod(sent, rules)), natively(plane, plain, sent)
+        assert by_webhook is not None and as_sent is not None, name
+        profile = mutate_verdict(copy.deepcopy(sent), rules=rules, mode="deny").profile
+        accelerators = set(profile.gpus) if profile else set()
+        # the GPU tolerations, countable or not, as the toleration policy gives them
+        assert gpu_tolerations(got, sent, accelerators) == gpu_tolerations(by_webhook, sent, accelerators), name
+        expected, untouched, now = (covered(p, rules, sent) for p in (by_webhook, as_sent, got))
+        if now == expected:
+            same.append(name)
+        else:
+            assert now == untouched, (name, now, expected)
+            left.append(name)
+    return same, left, refused
+
+
+def test_every_fixture_pod_gets_what_the_webhook_gives_or_is_left_to_it(control_plane: ControlPlane,
+                                                                        native_installed: str, plain: str,
+                                                                        rules: Rules) -> None:
+    """Whole or nothing: each pod is mutated exactly as /mutate mutates it, or left as it came (both as the API
+    server makes them, its defaults filled in)."""
+    same, left, refused = compared(control_plane, native_installed, plain, rules,
+                                   [(case.name, case.pod) for case in POD_CASES])
+    print(f"\nfixtures: {len(same)} as the webhook, {len(left)} left to it, {len(refused)} refused by the API server")
+    assert len(same) >= 20, (same, left, refused)
+    assert len(same) > 2 * len(left), (same, left, refused)
+
+
+def published_pods(rules: Rules) -> list[tuple[str, dict[str, Any]]]:
+    """The pods the published manifests' controllers make (their templates, read as the webhook reads them), each
+    naming a GPU model and memory by annotation where it does not already: most published manifests name neither,
+    and the backstop would deny them before their mutation could be compared (the backstop's own agreement with
+    the webhook is tests/e2e/test_backstop.py's)."""
+    found = []
+    for path in sorted(PUBLISHED.glob("*.yaml")):
+        for index, obj in enumerate(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)):
+            if obj.get("kind") == "Pod":
+                found.append((f"{path.name}#{index}", obj))
+                continue
+            for template in templates_of(obj, rules=rules) or []:
+                pod = copy.deepcopy(template.pod)
+                pod["metadata"]["name"] = f"p{len(found)}"
+                found.append((f"{path.name}#{index}:{template.path}", pod))
+    for _, pod in found:
+        pod["metadata"].pop("generateName", None)  # the reader's "-" where the owner has no name here
+        for kind in ("initContainers", "containers"):
+            for container in pod["spec"].get(kind) or []:
+                container.setdefault("image", "registry.example.com/filled-in-by-the-runtime:1")  # a runtime's
+        notes = pod["metadata"].setdefault("annotations", {})
+        notes.setdefault(names.GPU_MODEL, "a100-80g")
+        notes.setdefault(names.GPU_MEMORY, "20Gi")
+    return found
+
+
+def test_every_published_manifests_pod_gets_what_the_webhook_gives_or_is_left_to_it(
+        control_plane: ControlPlane, native_installed: str, plain: str, rules: Rules) -> None:
+    """The same over pods the policies never saw: those the published manifests' controllers make."""
+    if not (PUBLISHED / "SOURCES.md").is_file():
+        pytest.skip(f"no published manifests at {PUBLISHED}")
+    pods = published_pods(rules)
+    assert len(pods) >= 60
+    same, left, refused = compared(control_plane, native_installed, plain, rules, pods)
+    print(f"\npublished: {len(same)} as the webhook, {len(left)} left to it, {len(refused)} refused by the API server")
+    assert len(same) >= 45, (same, left, refused)
+
+
+def test_with_no_webhook_a_bare_gpu_pod_is_denied(control_plane: ControlPlane, native_installed: str) -> None:
+    done = create(control_plane, native_installed, BARE_POD, dry_run=True)
+    assert done.returncode != 0 and f"ValidatingAdmissionPolicy '{backstop.NAME}'" in done.stderr, done.stderr
+
+
+def test_with_the_webhook_too_the_pod_is_the_webhooks_alone(control_plane: ControlPlane, native_installed: str,
+                                                           rules: Rules, tmp_path: Path) -> None:
+    """Both registered: the policies run first and the webhook adds only what is left (the profile record), so the
+    pod is the one the webhook alone makes, and the policies never undo or double what it writes."""
+    route = "native-and-webhook"
+    server = start_server(tmp_path)
+    try:
+        install(control_plane, url=server.url, ca=Path(server.ca), rules=rules, route=route)
+        both = control_plane.create_namespace(namespace_name("both"), {**route_labels(route), NATIVE: "true"})
+        alone = control_plane.create_namespace(namespace_name("webhook"), route_labels(route))
+        for name, pod in PROFILED.items():
+            deadline = time.monotonic() + 30
+            while True:
+                made = {ns: natively(control_plane, ns, pod) for ns in (both, alone)}
+                records = [(p or {}).get("metadata", {}).get("annotations", {}).get(names.PROFILE) for p in made.values()]
+                if all(records) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert all(records), (name, made)
+            by_both, by_webhook = (made[both] or {}), (made[alone] or {})
+            assert by_both["spec"] == {**by_webhook["spec"]}, name
+            assert {k: v for k, v in by_both["metadata"]["annotations"].items()} == \
+                by_webhook["metadata"]["annotations"], name
+            assert by_both["metadata"].get("labels") == by_webhook["metadata"].get("labels"), name
+    finally:
+        uninstall(control_plane, route)
+        stop_server(server)

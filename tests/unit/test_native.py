@@ -1,0 +1,147 @@
+"""The native policy set as generated: one MutatingAdmissionPolicy per class that changes something, what each
+writes taken from the class's settings, and none of the shapes a v1.36 API server cannot take. Whether the CEL
+gives the webhook's answer is tested through a real API server (tests/e2e/test_native.py): the ApplyConfiguration
+expressions build typed objects, which no CEL evaluator outside the API server knows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from webhook.core import names
+from webhook.core.rules import Rules
+from webhook.generate import backstop, native
+
+
+def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def test_each_class_has_its_policy_bound_outside_the_excluded_namespaces(rules: Rules) -> None:
+    objects = [o for w in rules.classes for o in native.class_policy(rules, w, [{"key": "x", "operator": "Exists"}])]
+    policies, bindings = by_kind(objects, "MutatingAdmissionPolicy"), by_kind(objects, "MutatingAdmissionPolicyBinding")
+    assert set(policies) == set(bindings) == {f"ai-admission-native-{w}" for w in rules.classes}
+    for name, binding in bindings.items():
+        expressions = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert expressions[0]["operator"] == "NotIn" and "kube-system" in expressions[0]["values"]
+        assert expressions[1] == {"key": "x", "operator": "Exists"} and binding["spec"]["policyName"] == name
+
+
+def test_a_class_policy_writes_what_the_class_sets_and_guards_every_write(rules: Rules) -> None:
+    for workload, settings in rules.classes.items():
+        (policy, _) = native.class_policy(rules, workload)
+        condition = policy["spec"]["matchConditions"][0]["expression"]
+        assert f"'{names.WORKLOAD_TYPE}'" in condition and condition.endswith(f"== '{workload}'")
+        (mutation, tolerations) = policy["spec"]["mutations"]  # one merge, not one per write; the atomic list apart
+        assert mutation["patchType"] == "ApplyConfiguration"  # no typed list in a JSON Patch
+        assert tolerations == {"patchType": "JSONPatch", "jsonPatch": {"expression": backstop.TOLERATIONS_PATCH}}
+        assert mutation["applyConfiguration"]["expression"].startswith("Object{")
+        text = json.dumps(mutation)
+        priority = settings.priority_class
+        assert priority is not None
+        # all three: the Priority plugin has already resolved the pod's, and refuses a value that disagrees
+        for field, value in (("priorityClassName", f"'{priority.name}'"), ("priority", priority.value),
+                             ("preemptionPolicy", f"'{priority.preemption_policy}'")):
+            assert (f"?{field}: variables.countable && object.spec.?priorityClassName.orValue('') == '' ? "
+                    f"optional.of({value})") in text
+        assert ("emptyDir: Object.spec.volumes.emptyDir{medium: 'Memory'" in text) == (settings.mutate.shm is not None)
+        deadline = settings.mutate.active_deadline_seconds
+        assert (f"optional.of({deadline})" in text) == (deadline is not None)
+        assert f"optional.of('{workload}')" in text
+
+
+def test_a_class_that_changes_nothing_has_no_policy(rules: Rules) -> None:
+    training = rules.classes["training"]
+    bare = replace(training, priority_class=None, mutate=replace(training.mutate, shm=None, labels={}, annotations={},
+                                                                   active_deadline_seconds=None))
+    quiet = replace(rules, classes={**rules.classes, "training": bare},
+                    mutation=replace(rules.mutation, record_profile=False))
+    assert native.class_policy(quiet, "training") == []
+    assert native.class_policy(quiet, "inference") != []
+
+
+def test_the_set_holds_the_classes_the_tolerations_for_the_rest_and_the_backstop(rules: Rules) -> None:
+    found = native.native_set(rules)
+    policies = by_kind(found, "MutatingAdmissionPolicy")
+    assert set(policies) == {*(f"ai-admission-native-{w}" for w in rules.classes), native.TOLERATIONS}
+    assert "ValidatingAdmissionPolicy" in [o["kind"] for o in found]
+    # a pod a class policy takes gets its tolerations there, in the same merge, and skips the toleration policy
+    (unless, accelerators) = policies[native.TOLERATIONS]["spec"]["matchConditions"]
+    assert unless["name"] == "names-no-native-class" and all(f"'{w}'" in unless["expression"] for w in rules.classes)
+    for workload in rules.classes:
+        mutations = policies[f"ai-admission-native-{workload}"]["spec"]["mutations"]
+        assert mutations[-1]["jsonPatch"]["expression"] == backstop.TOLERATIONS_PATCH
+
+
+# -- the webhook after the policies: the pod it makes alone, under every backend ---------------------------------
+
+def _profiled(workload: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{workload}-0", "namespace": "ml-team", "labels": {"app": "llm"},
+                         "annotations": {names.WORKLOAD_TYPE: workload, names.GPU_MEMORY: "40Gi"}},
+            "spec": {"nodeSelector": {"gpu-type": "a100-80g"},
+                     "containers": [{"name": "main", "image": "nvcr.io/nvidia/pytorch:24.07-py3",
+                                     "resources": {"limits": {"nvidia.com/gpu": "2", "memory": "64Gi"}}}]}}
+
+
+def _as_the_policies_leave_it(pod: dict, by_webhook: dict, rules: Rules) -> dict:
+    """``pod`` with what the class policies write, taken from the webhook's own result (the CEL's equivalence to
+    it is tests/e2e/test_native.py's): /dev/shm, the PriorityClass triple, the class label, the run-time bound."""
+    import copy
+
+    result = copy.deepcopy(pod)
+    volume = rules.mutation.shm_volume_name
+    result["spec"]["volumes"] = [v for v in by_webhook["spec"].get("volumes", []) if v["name"] == volume]
+    for mine, theirs in zip(result["spec"]["containers"], by_webhook["spec"]["containers"], strict=True):
+        mounts = [m for m in theirs.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
+        if mounts:
+            mine["volumeMounts"] = mounts
+    for key in ("priorityClassName", "priority", "preemptionPolicy", "activeDeadlineSeconds"):
+        if key in by_webhook["spec"]:
+            result["spec"][key] = by_webhook["spec"][key]
+    result["metadata"]["labels"][names.WORKLOAD_TYPE] = by_webhook["metadata"]["labels"][names.WORKLOAD_TYPE]
+    return result
+
+
+def test_after_the_policies_the_webhook_makes_the_pod_it_makes_alone_under_every_backend() -> None:
+    """With both installed the policies run first (the MutatingAdmissionPolicy plugin precedes the webhooks), so
+    the webhook sees their writes; it must add exactly what is left, the backend's own words included."""
+    import copy
+
+    import jsonpatch
+
+    from tests.support.builders import rules_with
+    from webhook.core.admission import mutate_verdict
+
+    def mutated(pod: dict, rules: Rules) -> dict:
+        verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny", namespace="ml-team")
+        return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
+
+    checked = 0
+    for backend in ("default", "kueue", "kai", "volcano", "coscheduling"):
+        rules = rules_with({"scheduler": {"backend": backend}})
+        for workload in rules.classes:
+            pod = _profiled(workload)
+            alone = mutated(pod, rules)
+            after = mutated(_as_the_policies_leave_it(pod, alone, rules), rules)
+            assert after == alone, (backend, workload)
+            checked += 1
+    assert checked == 20
+
+
+def test_with_a_backend_the_generator_says_what_the_policies_leave_out(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.conftest import ROOT, RULES_FILE
+    from tests.support.builders import CLI
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(RULES_FILE.read_text().replace("\nscheduler:\n  backend: default\n",
+                                                         "\nscheduler:\n  backend: kai\n", 1))
+    done = subprocess.run([CLI, "manifests", "native", "--rules", str(rules_file)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "kind: MutatingAdmissionPolicy" in done.stdout
+    assert "the kai backend's words on pods (queue, scheduler, group) are not in the native policies" in done.stderr
+    shipped = subprocess.run([CLI, "manifests", "native"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert shipped.returncode == 0 and shipped.stderr == ""

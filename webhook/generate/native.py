@@ -1,0 +1,295 @@
+"""The common GPU pod admitted with no webhook: each class's mutations as a MutatingAdmissionPolicy, generated from
+the rules, beside the backstop's validation (`webhook.generate.backstop`).
+
+Every admission webhook is a network hop on the pod-creation path and a component that can be down. Kubernetes
+1.36 runs MutatingAdmissionPolicies (``admissionregistration.k8s.io/v1``) inside the API server, in CEL. This module
+writes one per workload class, for a pod that names its class by annotation (``ai-admission.io/workload-type``,
+the first thing the webhook reads) and asks for its GPUs in a way CEL can count: what `webhook.core.mutate` gives
+such a pod from the class's settings, and nothing the webhook would not give it.
+
+What a class's policy writes, each mirroring the step of `webhook.core.mutate` named beside it:
+
+- the memory-backed ``/dev/shm`` volume and its mounts in the GPU containers, sized per GPU up to the class
+  maximum and at most the rules' fraction of the pod's memory limit (`add_shm`, `_shm_size`);
+- the class's PriorityClass with its value and preemption policy, all three, when the pod names none
+  (`set_priority`: the Priority admission plugin has already run, and refuses a pod whose value disagrees);
+- the class label the webhook records, the class's own labels and annotations, and its run-time bound
+  (`record_profile`, `add_metadata`, `add_deadline`); each only where the pod has none;
+- the GPU toleration of each accelerator the pod asks for (`add_tolerations`), for every pod of the class, as the
+  backstop's toleration policy writes it.
+
+A class policy writes in one ``ApplyConfiguration`` (a merge by the objects' own list keys: volumes and
+containers by name, mounts by path; each write an optional field, set only where the pod lacks it: one merge
+costs the API server less than one per write), with no typed list inside a JSON Patch value: one such value made a
+v1.36 API server panic on every pod create (cel-go's ``ConvertToNative``). The GPU tolerations are a JSON Patch of
+the whole list, as the backstop's toleration policy writes them: ``tolerations`` is an atomic list, which an
+apply configuration may not change. A pod a class policy takes gets its tolerations there; the toleration policy
+of the set (`TOLERATIONS`) takes every other pod, so no pod pays for two policies.
+
+What stays the webhook's, and why: the profile record (it names the model as the catalog resolves it, which
+needs the catalog's index); NCCL settings and placement (they need the nodes' topology and fabric); spread for
+inference (the webhook spreads only over levels the nodes have); a class's pool tolerations; a pod whose class
+comes from signals or shape, not the annotation; and a pod whose GPUs CEL cannot count as the webhook does
+(claims, shares by memory or annotation). Such a pod gets nothing from these policies (every mutation is guarded
+by ``variables.countable``) and everything from the webhook, which runs after them and adds only what is still
+missing (it never overwrites what a policy set, as it never overwrites the user). docs/admins/native.md says
+which path goes where.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.core import names
+from webhook.core.rules import ClassSettings, Rules
+
+from .backstop import TOLERATIONS_PATCH, Rule, quantity_text, toleration_policy, toleration_variables, without_bind
+from .backstop import manifests as backstop_manifests
+from .match_conditions import cel_list, cel_string
+from .webhooks import excluded_namespaces
+
+PREFIX = "ai-admission-native"
+LABELS = {"app.kubernetes.io/name": "ai-admission", "app.kubernetes.io/component": "native"}
+SHM_PATH = "/dev/shm"
+MIB = 2**20
+_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def policy_name(workload: str) -> str:
+    return f"{PREFIX}-{workload}"
+
+
+# -- CEL pieces -----------------------------------------------------------------------------------------------------
+
+def _resources(container: str, body: str) -> str:
+    """``body`` with ``li`` and ``rq`` bound to ``container``'s limits and requests (maps, whatever was sent)."""
+    return (f"cel.bind(rr, {container}.?resources.orValue({{}}), "
+            f"cel.bind(li, cel.bind(l0, type(rr) == map ? rr.?limits.orValue({{}}) : {{}}, type(l0) == map ? l0 : {{}}), "
+            f"cel.bind(rq, cel.bind(r0, type(rr) == map ? rr.?requests.orValue({{}}) : {{}}, type(r0) == map ? r0 : {{}}), "
+            f"{body})))")
+
+
+def _positive(value: str) -> str:
+    """A positive whole amount, as the webhook reads one (`webhook.core.profile`)."""
+    return (f"cel.bind(q, {quantity_text(value)}, isQuantity(q) && quantity(q).isInteger() && "
+            f"quantity(q).isGreaterThan(quantity('0')))")
+
+
+def _gpus(rules: Rules, container: str) -> str:
+    """The GPUs ``container`` asks for, in a pod whose accelerators are all counted (``variables.countable``): the
+    limit, else the request, of each, summed."""
+    counted = _counted(rules)
+    amounts = (f"li.filter(n, {counted} && {_positive('li[n]')}).map(n, quantity({quantity_text('li[n]')}).asInteger()) + "
+               f"rq.filter(n, !(n in li) && {counted} && {_positive('rq[n]')})"
+               f".map(n, quantity({quantity_text('rq[n]')}).asInteger())")
+    return _resources(container, f"cel.bind(sv, {amounts}, size(sv) == 0 ? 0 : sv.sum())")
+
+
+def _counted_names(rules: Rules) -> str:
+    """The accelerators the pod's containers ask for, each once, in a countable pod: only the counted names need
+    testing, so the long accelerator test of the toleration policy's ``asked`` runs only for the other pods."""
+    counted = _counted(rules)
+    names = _resources("c", f"li.filter(n, {counted} && {_positive('li[n]')}) + "
+                            f"rq.filter(n, !(n in li) && {counted} && {_positive('rq[n]')})")
+    every = "object.spec.containers + object.spec.?initContainers.orValue([])"
+    return (f"[dyn(({every}).map(c, {names}.join(',')).join(',').split(','))]"
+            f".map(all, all.transformList(i, n, n != '' && all.indexOf(n) == i, n))[0]")
+
+
+def _countable(rules: Rules, rule: Rule, container: str) -> str:
+    """Every accelerator ``container`` names is one the webhook counts in devices (`_counted`). The usual names
+    are let through first, so the long accelerator test runs only for the rest."""
+    plain = "(n in ['cpu', 'memory', 'ephemeral-storage'] || n.startsWith('hugepages-'))"
+    each = f"{plain} || {_counted(rules)} || !{rule.accelerator('n')}"
+    return _resources(container, f"li.all(n, {each}) && rq.all(n, {each})")
+
+
+def _counted(rules: Rules) -> str:
+    """``n`` is a resource the webhook counts in whole devices and CEL can too: a listed GPU resource that is not
+    a share of memory, or a MIG slice. Any other accelerator (shares, a device class's, one that only looks like a
+    GPU) leaves the pod to the webhook."""
+    devices = sorted(r for r in rules.gpu_resources if r not in rules.share_resources)
+    tests = [f"n in {cel_list(devices)}"] if devices else []
+    if rules.mig_pattern is not None:
+        tests.append(f"n.matches({cel_string(rules.mig_pattern.pattern)})")
+    return "(" + " || ".join(tests or ["false"]) + ")"
+
+
+def _share_annotations(rules: Rules) -> list[str]:
+    return sorted({key for share in rules.share_annotations for key in share.keys()})
+
+
+def _format_bytes(value: str) -> str:
+    """`webhook.core.quantity.format_quantity` for a whole byte count: the largest binary suffix that divides it."""
+    expression = f"string({value})"
+    for suffix, unit in reversed(_SUFFIXES):
+        expression = f"({value} % {unit} == 0 ? string({value} / {unit}) + '{suffix}' : {expression})"
+    return f"({value} == 0 ? '0' : {expression})"
+
+
+def _variables(rules: Rules, settings: ClassSettings) -> list[dict[str, str]]:
+    rule = Rule(rules)
+    app = "object.spec.containers"
+    init = "object.spec.?initContainers.orValue([])"
+    shares = _share_annotations(rules)
+    no_share_notes = (f" && !{cel_list(shares)}.exists(k, k in object.metadata.?annotations.orValue({{}}))"
+                      if shares else "")
+    variables = [
+        # the pod's accelerators can be counted as the webhook counts them (else this policy leaves it alone)
+        {"name": "countable",
+         "expression": without_bind(f"({app} + {init}).all(c, {_countable(rules, rule, 'c')}) && "
+                                    f"size(object.spec.?resourceClaims.orValue([])) == 0{no_share_notes}")},
+    ]
+    if rules.mutation.gpu_tolerations:
+        asked, missing = toleration_variables(rules)
+        general = asked["expression"]
+        variables += [{"name": "asked",
+                       "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : {general}"},
+                      missing]
+    shm = settings.mutate.shm
+    if shm is not None:
+        volume = rules.mutation.shm_volume_name
+        mounts_shm = (f"c.?volumeMounts.orValue([]).exists(m, m.?mountPath.orValue('') == '{SHM_PATH}' || "
+                      f"m.?mountPath.orValue('') == '{SHM_PATH}/')")
+        every_app = "true" if rules.mutation.shm_in_all_containers else "variables.appGpus[i] > 0"
+        sidecar = "c.?restartPolicy.orValue('') == 'Always'"
+        # the effective request: app containers and sidecars together, against the largest regular init container
+        app_gpus = (f"cel.bind(av, variables.appGpus + {init}.transformList(i, c, {sidecar}, variables.initGpus[i]), "
+                    f"av.sum())")
+        init_gpus = (f"cel.bind(iv, {init}.transformList(i, c, !({sidecar}), variables.initGpus[i]), "
+                     f"size(iv) == 0 ? 0 : iv.max())")
+        memory = "object.spec.?resources.?limits.?memory"
+        every = f"({app} + {init}.filter(c, {sidecar}))"
+        containers_memory = (f"cel.bind(ms, {every}.map(c, string(c.?resources.?limits.?memory.orValue(''))), "
+                             f"ms.all(m, isQuantity(m)) ? ms.map(m, quantity(m).asApproximateFloat()).sum() : -1.0)")
+        limit = (f"{memory}.hasValue() && isQuantity(string({memory}.value())) ? "
+                 f"quantity(string({memory}.value())).asApproximateFloat() : {containers_memory}")
+        fraction = float(rules.mutation.max_shm_fraction_of_memory_limit)
+        size = (f"cel.bind(lim, {limit}, cel.bind(ga, {app_gpus}, cel.bind(gi, {init_gpus}, "
+                f"cel.bind(g, ga > gi ? ga : gi, lim < 0.0 ? {float(shm.without_memory_limit)} : "
+                f"[{float(shm.per_gpu)} * double(g > 1 ? g : 1), {float(shm.max)}, lim * {fraction}].min()))))")
+        whole = f"cel.bind(sz, {size}, sz >= {float(MIB)} ? int(sz / {float(MIB)}) * {MIB} : int(sz))"
+        variables += [
+            {"name": "appGpus", "expression": without_bind(f"{app}.map(c, {_gpus(rules, 'c')})")},
+            {"name": "initGpus", "expression": without_bind(f"{init}.map(c, {_gpus(rules, 'c')})")},
+            {"name": "shmTargets",
+             "expression": f"{app}.transformList(i, c, ({every_app}) && !{mounts_shm}, c.name)"},
+            {"name": "shmInit",
+             "expression": f"{init}.transformList(i, c, variables.initGpus[i] > 0 && !{mounts_shm}, c.name)"},
+            {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
+            {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {_format_bytes('b')})")},
+        ]
+    return variables
+
+
+def _when(condition: str, value: str) -> str:
+    """An optional field or entry: set to ``value`` where ``condition`` holds, else left out."""
+    return f"{condition} ? optional.of({value}) : optional.none()"
+
+
+def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, Any]]:
+    """One ApplyConfiguration with every write of the class, each an optional field set only where the pod lacks
+    it: the API server merges one configuration per mutation, and one merge costs less than one per write."""
+    plan = settings.mutate
+    spec: list[str] = []
+    if plan.shm is not None:
+        volume = rules.mutation.shm_volume_name
+        wanted = "variables.countable && !variables.shmTaken && size(variables.shmTargets) + size(variables.shmInit) > 0"
+        mount = f"Object.spec.containers.volumeMounts{{name: '{volume}', mountPath: '{SHM_PATH}'}}"
+        init_mount = f"Object.spec.initContainers.volumeMounts{{name: '{volume}', mountPath: '{SHM_PATH}'}}"
+        spec += [
+            "?volumes: " + _when(wanted, f"[Object.spec.volumes{{name: '{volume}', emptyDir: "
+                                          f"Object.spec.volumes.emptyDir{{medium: 'Memory', sizeLimit: variables.shmSize}}}}]"),
+            "?initContainers: " + _when(f"{wanted} && size(variables.shmInit) > 0", "variables.shmInit.map(n, "
+                                         f"Object.spec.initContainers{{name: n, volumeMounts: [{init_mount}]}})"),
+            "?containers: " + _when(f"{wanted} && size(variables.shmTargets) > 0", "variables.shmTargets.map(n, "
+                                     f"Object.spec.containers{{name: n, volumeMounts: [{mount}]}})"),
+        ]
+    priority = settings.priority_class
+    if priority is not None:
+        unnamed = "variables.countable && object.spec.?priorityClassName.orValue('') == ''"
+        spec += [f"?priorityClassName: {_when(unnamed, cel_string(priority.name))}",
+                 f"?priority: {_when(unnamed, str(priority.value))}",
+                 f"?preemptionPolicy: {_when(unnamed, cel_string(priority.preemption_policy))}"]
+    if plan.active_deadline_seconds is not None:
+        unbounded = "variables.countable && !has(object.spec.activeDeadlineSeconds)"
+        spec.append(f"?activeDeadlineSeconds: {_when(unbounded, str(plan.active_deadline_seconds))}")
+    labels = dict(plan.labels)
+    if rules.mutation.record_profile:
+        labels = {names.WORKLOAD_TYPE: workload, **labels}
+    metadata = []
+    for kind, values in (("labels", labels), ("annotations", dict(plan.annotations))):
+        if not values:
+            continue
+        present = f"object.metadata.?{kind}.orValue({{}})"
+        entries = ", ".join(f"?{cel_string(k)}: {_when(f'variables.countable && !({cel_string(k)} in {present})', cel_string(v))}"
+                            for k, v in values.items())
+        # all present: an empty map, which the merge leaves as it is
+        metadata.append(f"{kind}: {{{entries}}}")
+    if not spec and not metadata:
+        return []
+    parts = ([f"metadata: Object.metadata{{{', '.join(metadata)}}}"] if metadata else []) + \
+        ([f"spec: Object.spec{{{', '.join(spec)}}}"] if spec else [])
+    expression = f"Object{{{', '.join(parts)}}}"
+    mutations: list[dict[str, Any]] = [{"patchType": "ApplyConfiguration",
+                                        "applyConfiguration": {"expression": without_bind(expression)}}]
+    if rules.mutation.gpu_tolerations:
+        # every pod of the class, countable or not, as the toleration policy does; a JSON Patch, as an apply
+        # configuration may not change an atomic list (the API server refuses it)
+        mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": TOLERATIONS_PATCH}})
+    return mutations
+
+
+def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[str, Any]] | None = None,
+                 ) -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy of one class and its binding; empty when the class changes nothing natively."""
+    settings = rules.classes[workload]
+    mutations = _mutations(rules, workload, settings)
+    if not mutations:
+        return []
+    name = policy_name(workload)
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": LABELS},
+        "spec": {
+            # a convenience, like the webhook's own failurePolicy: an error admits the pod as it came
+            "failurePolicy": "Ignore",
+            # what it writes no later mutation removes, and it reads nothing another one adds
+            "reinvocationPolicy": "Never",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                    "operations": ["CREATE"], "resources": ["pods"]}],
+                                 "matchPolicy": "Equivalent"},
+            "matchConditions": [{"name": "names-its-class",
+                                 "expression": f"object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}]"
+                                               f".orValue('') == {cel_string(workload)}"}],
+            "variables": _variables(rules, settings),
+            "mutations": mutations,
+        },
+    }
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+               "metadata": {"name": name, "labels": LABELS},
+               "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
+                   "matchExpressions": [excluded_namespaces(), *(namespace_expressions or [])]}}}}
+    return [policy, binding]
+
+
+TOLERATIONS = f"{PREFIX}-tolerations"
+
+
+def policies(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """`ai-admission manifests native`: every class's policy, and the GPU toleration policy for the pods no class
+    policy takes (a class policy writes its pods' tolerations in its own merge: one policy per pod, not two)."""
+    found: list[dict[str, Any]] = []
+    for workload in rules.classes:
+        found += class_policy(rules, workload, namespace_expressions)
+    taken = [w for w in rules.classes if class_policy(rules, w)]
+    unless = {"name": "names-no-native-class",
+              "expression": f"!(object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}].orValue('') in "
+                            f"{cel_list(taken)})"}
+    return [*found, *toleration_policy(rules, namespace_expressions, name=TOLERATIONS, unless=unless)]
+
+
+def native_set(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The whole set, as manifests/overlays/native installs it: `policies` and the backstop's validation."""
+    return [*policies(rules, namespace_expressions), *backstop_manifests(rules, namespace_expressions)]
+
