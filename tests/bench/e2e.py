@@ -174,6 +174,9 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     assert done.returncode == 0, done.stderr
     applied = time.monotonic()
     profiled = copy.deepcopy(BURST_POD)
+    bare_job: dict[str, Any] = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bare-gpu-job"},
+                                "spec": {"template": {"spec": {**copy.deepcopy(BARE_POD["spec"]),
+                                                               "restartPolicy": "Never"}}}}
     unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
     del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]
     probes = {
@@ -181,7 +184,10 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
         .get("priorityClassName") == "ai-training",
         native.TOLERATIONS: lambda: any(t.get("key") == "nvidia.com/gpu" for t in _dry_run(
             plane, namespace, unclassed).json().get("spec", {}).get("tolerations", [])),
-        backstop.NAME: lambda: backstop.NAME in _dry_run(plane, namespace, BARE_POD).text,
+        backstop.NAME: lambda: f"'{backstop.NAME}'" in _dry_run(plane, namespace, BARE_POD).text,
+        backstop.policy_name(backstop.TEMPLATES): lambda: backstop.policy_name(backstop.TEMPLATES) in requests.post(
+            f"{plane.url}/apis/batch/v1/namespaces/{namespace}/jobs?dryRun=All", json=bare_job,
+            headers=plane.auth_headers(), verify=str(plane.ca), timeout=10).text,
     }
     enforced: dict[str, float] = {}
     deadline = applied + 120

@@ -47,7 +47,7 @@ MISSING = ("gpu-model-missing", "gpu-memory-missing")
 BOUND = "test.ai-admission.io/backstop"  # the test narrows every binding to namespaces with this label
 TOLERATING = "test.ai-admission.io/tolerations"  # and the toleration policy's to these
 POLICY_ONLY = {BOUND: "true", ROUTE_LABEL: "no-webhook"}  # a route no webhook is registered for
-DENIED = f"ValidatingAdmissionPolicy '{backstop.NAME}'"
+DENIED = f"ValidatingAdmissionPolicy '{backstop.NAME}"  # either of the two: pods, and the kinds' templates
 MANIFESTS = sorted((ROOT / "tests" / "manifests").rglob("*.yaml"))
 NGINX = next(case for case in POD_CASES if case.name == "nginx-no-gpu")
 
@@ -59,12 +59,17 @@ def documents() -> list[dict[str, Any]]:
     return found
 
 
-def wait_until_enforced(plane: ControlPlane, namespace: str, seconds: float = 60) -> None:
+BARE_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bare-gpu-job"},
+            "spec": {"template": {"spec": {**copy.deepcopy(BARE_POD["spec"]), "restartPolicy": "Never"}}}}
+
+
+def wait_until_enforced(plane: ControlPlane, namespace: str, obj: dict[str, Any] = BARE_POD,
+                        seconds: float = 60) -> None:
     """A new policy reaches the admission chain a moment after it is stored (the API server compiles it)."""
     deadline = time.monotonic() + seconds
     last = ""
     while time.monotonic() < deadline:
-        done = create(plane, namespace, BARE_POD, dry_run=True)
+        done = create(plane, namespace, obj, dry_run=True)
         last = done.stderr
         if done.returncode != 0 and DENIED in last:
             return
@@ -86,6 +91,7 @@ def policy_installed(control_plane: ControlPlane, rules: Rules) -> Iterator[str]
                           *[f"crd/{o['metadata']['name']}" for o in objects if o["kind"] == "CustomResourceDefinition"])
     namespace = control_plane.create_namespace(namespace_name("backstop"), POLICY_ONLY)
     wait_until_enforced(control_plane, namespace)
+    wait_until_enforced(control_plane, namespace, BARE_JOB)  # the kinds' policy is compiled apart, and takes longer
     yield namespace
     names = [f"{o['kind'].lower()}/{o['metadata']['name']}" for o in objects if "AdmissionPolicy" in o["kind"]]
     control_plane.kubectl("delete", "--ignore-not-found", *names)

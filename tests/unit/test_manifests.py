@@ -196,11 +196,14 @@ def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, 
     objects = render("manifests/overlays/backstop")
     added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
     name = "ai-admission-gpu-model-and-memory"
-    # the audit binding: the shipped rules put the GPU operator's namespaces in audit mode
-    assert added == {("ValidatingAdmissionPolicy", name), ("ValidatingAdmissionPolicyBinding", f"{name}-deny"),
-                     ("ValidatingAdmissionPolicyBinding", f"{name}-warn-label"),
-                     ("ValidatingAdmissionPolicyBinding", f"{name}-audit"),
-                     ("ValidatingAdmissionPolicyBinding", f"{name}-audit-label")}
+    # two policies (pods; the kinds' templates), each with its bindings; the audit ones: the shipped rules put the
+    # GPU operator's namespaces in audit mode
+    for policy in (name, f"{name}-templates"):
+        assert {("ValidatingAdmissionPolicy", policy), ("ValidatingAdmissionPolicyBinding", f"{policy}-deny"),
+                ("ValidatingAdmissionPolicyBinding", f"{policy}-warn-label"),
+                ("ValidatingAdmissionPolicyBinding", f"{policy}-audit"),
+                ("ValidatingAdmissionPolicyBinding", f"{policy}-audit-label")} <= added
+    assert len(added) == 10
     audit = find(objects, "ValidatingAdmissionPolicyBinding", f"{name}-audit")
     assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "nvidia-gpu-operator"]} \
         in audit["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]

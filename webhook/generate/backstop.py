@@ -652,11 +652,12 @@ def without_bind(expression: str) -> str:
     return expression
 
 
-def _switch(cel: Cel, root: str) -> str:
-    """The views of ``root``, by the resource the request is for (a pod, or one of the kinds)."""
+def _switch(cel: Cel, root: str, scope: str | None = None) -> str:
+    """The views of ``root``, by the resource the request is for (a pod, or one of the kinds; ``scope``: only pods,
+    only the kinds, or both)."""
     pod = cel.view("'pod'", [f"{root}.?metadata.?annotations.orValue({{}})"], f"{root}.?spec.orValue({{}})")
-    branches = [f"variables.resource == '/pods' ? [{pod}]"]
-    for (group, kind), entry in sorted(KINDS.items()):
+    branches = [f"variables.resource == '/pods' ? [{pod}]"] if scope in (None, PODS) else []
+    for (group, kind), entry in sorted(KINDS.items()) if scope in (None, TEMPLATES) else []:
         views = cel.kind_views(group, kind, root)
         if views is not None:
             branches.append(f"variables.resource == {cel_string(group + '/' + entry.resource)} ? ({views})")
@@ -669,7 +670,7 @@ def readable_kinds() -> list[tuple[str, str]]:
     return [key for key in KINDS if key in EXPANDED or KINDS[key].sites]
 
 
-def _resource_rules() -> list[dict[str, Any]]:
+def _resource_rules(scope: str | None = None) -> list[dict[str, Any]]:
     by_scope: dict[tuple[str, str], list[str]] = {}
     for group, kind in readable_kinds():
         entry = KINDS[(group, kind)]
@@ -677,15 +678,28 @@ def _resource_rules() -> list[dict[str, Any]]:
         if entry.resource not in resources:
             resources.append(entry.resource)
     rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
-              "scope": "Namespaced"}]
+              "scope": "Namespaced"}] if scope in (None, PODS) else []
+    if scope == PODS:
+        return rules
     rules += [{"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
                "resources": sorted(resources), "scope": scope}
               for (group, scope), resources in sorted(by_scope.items())]
     return rules
 
 
-def validating_policy(rules: Rules) -> dict[str, Any]:
-    """The ValidatingAdmissionPolicy for ``rules``."""
+PODS, TEMPLATES = "pods", "templates"
+
+
+def policy_name(scope: str | None) -> str:
+    """The pods' policy keeps the one name the backstop had; the kinds' is named apart."""
+    return f"{NAME}-{TEMPLATES}" if scope == TEMPLATES else NAME
+
+
+def validating_policy(rules: Rules, scope: str | None = None) -> dict[str, Any]:
+    """The ValidatingAdmissionPolicy for ``rules``: for pods (``scope`` PODS), for the pod templates of the kinds
+    (TEMPLATES), or both in one (None). Shipped as two: the API server compiles a policy before it enforces it, and
+    the one for every kind is large (about 10 s on a v1.36 API server, against under 1 s for pods alone), while a
+    pod is never judged by the kinds' part of it."""
     cel = Cel(rules)
     rule = Rule(rules)
     subject = ("(variables.resource == '/pods' ? 'pod' : object.kind + ' ' + object.metadata.?name.orValue('')) + "
@@ -694,10 +708,10 @@ def validating_policy(rules: Rules) -> dict[str, Any]:
     memory = memory_fix(rules, None)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": "ai-admission"}},
+        "metadata": {"name": policy_name(scope), "labels": {"app.kubernetes.io/name": "ai-admission"}},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": _resource_rules(), "matchPolicy": "Equivalent"},
+            "matchConstraints": {"resourceRules": _resource_rules(scope), "matchPolicy": "Equivalent"},
             # most pods ask for no accelerator: they skip the views (the test is by name only, a superset of the
             # rule's); controllers and CRDs always go on
             "matchConditions": [{"name": "may-ask-for-accelerators",
@@ -709,7 +723,7 @@ def validating_policy(rules: Rules) -> dict[str, Any]:
                 {"name": "resource", "expression": "request.resource.group + '/' + request.resource.resource"},
                 {"name": "subjects",
                  "expression": "request.operation == 'UPDATE' && oldObject != null ? [object, oldObject] : [object]"},
-                {"name": "views", "expression": without_bind(f"variables.subjects.map(o, {_switch(cel, 'o')})")},
+                {"name": "views", "expression": without_bind(f"variables.subjects.map(o, {_switch(cel, 'o', scope)})")},
                 # on UPDATE a template whose facts did not change is not judged (a legacy template keeps scaling)
                 {"name": "judged",
                  "expression": "variables.views[0].filter(v, size(variables.views) < 2 || "
@@ -745,7 +759,8 @@ _NAMESPACED = [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "
                 "scope": "Namespaced"}]
 
 
-def bindings(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def bindings(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None,
+             policy: str = NAME) -> list[dict[str, Any]]:
     """One binding per way a namespace gets its mode, as the webhooks resolve it: the ``ai-admission.io/mode``
     label (warn, audit), else the rules' namespace map, else their default. Cluster-scoped kinds take the
     default. ``namespace_expressions`` narrow every binding (tests bind one namespace at a time)."""
@@ -758,7 +773,7 @@ def bindings(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = 
             match["resourceRules"] = _NAMESPACED
         found.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
                       "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "ai-admission"}},
-                      "spec": {"policyName": NAME, "validationActions": ACTIONS[mode], "matchResources": match}})
+                      "spec": {"policyName": policy, "validationActions": ACTIONS[mode], "matchResources": match}})
 
     unlabelled = {"key": MODE_LABEL, "operator": "NotIn", "values": ["warn", "audit"]}
     for mode in MODES:
@@ -767,20 +782,22 @@ def bindings(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = 
         if mode == rules.default_mode:
             excluded = {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                         "values": [*EXCLUDED_NAMESPACES, *others]}
-            bind(f"{NAME}-{mode}", mode, [excluded, unlabelled], namespaced_only=False)
+            bind(f"{policy}-{mode}", mode, [excluded, unlabelled], namespaced_only=False)
         elif mapped:
-            bind(f"{NAME}-{mode}", mode, [excluded_namespaces(), unlabelled,
+            bind(f"{policy}-{mode}", mode, [excluded_namespaces(), unlabelled,
                                            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": mapped}],
                  namespaced_only=True)
         if mode != "deny":
-            bind(f"{NAME}-{mode}-label", mode, [excluded_namespaces(), {"key": MODE_LABEL, "operator": "In", "values": [mode]}],
+            bind(f"{policy}-{mode}-label", mode, [excluded_namespaces(), {"key": MODE_LABEL, "operator": "In", "values": [mode]}],
                  namespaced_only=True)
     return found
 
 
 def manifests(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The policy and its bindings, as `ai-admission manifests policy` prints them."""
-    return [validating_policy(rules), *bindings(rules, namespace_expressions)]
+    """The two policies (pods, and the kinds' templates) and their bindings, as `ai-admission manifests policy`
+    prints them."""
+    return [validating_policy(rules, PODS), validating_policy(rules, TEMPLATES),
+            *bindings(rules, namespace_expressions), *bindings(rules, namespace_expressions, policy_name(TEMPLATES))]
 
 
 # -- the GPU toleration as a MutatingAdmissionPolicy -----------------------------------------------------------
