@@ -165,7 +165,7 @@ def one_label_policy(plane: ControlPlane) -> str:
 def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, float]]:
     """Apply the native set (bound to a namespace of its own, created first) and time, from the moment the apply
     returned, until the API server acts on each kind of policy; the namespace and the seconds per policy."""
-    from tests.support.e2e_install import BARE_POD
+    from tests.support.e2e_install import BARE_JOB, BARE_POD
     from webhook.generate import backstop, native
 
     namespace = plane.create_namespace(namespace_name("bench-native"), {ROUTE_LABEL: "native", NATIVE_LABEL: "true"})
@@ -174,9 +174,6 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     assert done.returncode == 0, done.stderr
     applied = time.monotonic()
     profiled = copy.deepcopy(BURST_POD)
-    bare_job: dict[str, Any] = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bare-gpu-job"},
-                                "spec": {"template": {"spec": {**copy.deepcopy(BARE_POD["spec"]),
-                                                               "restartPolicy": "Never"}}}}
     unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
     del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]
     probes = {
@@ -186,7 +183,7 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
             plane, namespace, unclassed).json().get("spec", {}).get("tolerations", [])),
         backstop.NAME: lambda: f"'{backstop.NAME}'" in _dry_run(plane, namespace, BARE_POD).text,
         backstop.policy_name(backstop.TEMPLATES): lambda: backstop.policy_name(backstop.TEMPLATES) in requests.post(
-            f"{plane.url}/apis/batch/v1/namespaces/{namespace}/jobs?dryRun=All", json=bare_job,
+            f"{plane.url}/apis/batch/v1/namespaces/{namespace}/jobs?dryRun=All", json=BARE_JOB,
             headers=plane.auth_headers(), verify=str(plane.ca), timeout=10).text,
     }
     enforced: dict[str, float] = {}

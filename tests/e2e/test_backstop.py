@@ -22,10 +22,11 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, start_server, stop_server
-from tests.support.apiserver import create, for_apiserver, named, warnings
+from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named, warnings
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.crds import crds
 from tests.support.e2e_install import (
+    BARE_JOB,
     BARE_POD,
     PROFILED_POD,
     ROUTE_LABEL,
@@ -57,10 +58,6 @@ def documents() -> list[dict[str, Any]]:
     for path in MANIFESTS:
         found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     return found
-
-
-BARE_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bare-gpu-job"},
-            "spec": {"template": {"spec": {**copy.deepcopy(BARE_POD["spec"]), "restartPolicy": "Never"}}}}
 
 
 def wait_until_enforced(plane: ControlPlane, namespace: str, obj: dict[str, Any] = BARE_POD,
@@ -115,8 +112,6 @@ def tolerations_installed(control_plane: ControlPlane, rules: Rules) -> Iterator
                                                             for o in objects])
 
 
-# DefaultTolerationSeconds, a built-in admission plugin, adds these to every pod
-DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 def tolerations_of(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> list[dict[str, Any]] | None:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, start_server, stop_server
-from tests.support.apiserver import create, for_apiserver, named
+from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.e2e_install import BARE_POD, PROFILED_POD, ROUTE_LABEL, install, route_labels, uninstall
 from tests.support.fixtures import POD_CASES
@@ -81,10 +81,6 @@ def webhooks_pod(pod: dict[str, Any], rules: Rules) -> dict[str, Any]:
     """``pod`` as the webhook's /mutate patch leaves it (the cluster's nodes not known, as here)."""
     verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
     return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
-
-
-# DefaultTolerationSeconds, a built-in admission plugin, adds these to every pod
-DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 def gpu_tolerations(pod: dict[str, Any], sent: dict[str, Any], accelerators: set[str]) -> list[dict[str, Any]]:

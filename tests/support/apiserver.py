@@ -12,6 +12,8 @@ from typing import Any
 from tests.support.control_plane import ControlPlane
 
 DENIED_BY = 'admission webhook "validate.ai-admission.io" denied the request'
+# DefaultTolerationSeconds, a built-in admission plugin, adds these to every pod
+DEFAULT_TOLERATIONS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 def create(plane: ControlPlane, namespace: str, *pods: dict[str, Any],

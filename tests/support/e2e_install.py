@@ -41,6 +41,9 @@ BARE_POD: dict[str, Any] = {
     "spec": {"containers": [{"name": "cuda", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
                              "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
 }
+# the same, as a Job's template: what the backstop's policy for the kinds' templates denies
+BARE_JOB: dict[str, Any] = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bare-gpu-job"},
+                            "spec": {"template": {"spec": {**copy.deepcopy(BARE_POD["spec"]), "restartPolicy": "Never"}}}}
 PROFILED_POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod",
     "metadata": {"name": "train", "annotations": {"ai-admission.io/workload-type": "training",

@@ -132,9 +132,8 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
     documents = list(documents)
     given = Objects(tuple(d.obj for d in documents), INPUT)
     claims = _claim_index(documents, namespace)
-    view = replace(cluster, device_classes=(*cluster.device_classes, given), queues=cluster.queues or given,
-                   claims=claims)
-    rules = in_force(rules, view)
+    rules = in_force(rules, replace(cluster, device_classes=(*cluster.device_classes, given),
+                                    queues=cluster.queues or given))
     index = Index(documents)
     for document in documents:
         obj = document.obj

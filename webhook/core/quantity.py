@@ -11,7 +11,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+BINARY_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
     "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
@@ -53,8 +53,8 @@ def _parse_text(value: str) -> Decimal:
     except (InvalidOperation, ValueError) as exc:  # pragma: no cover - the regex admits only numbers
         raise QuantityError(f"{value!r} is not a quantity") from exc
     suffix = suffix or ""
-    if suffix in _BINARY:
-        return result * _BINARY[suffix]
+    if suffix in BINARY_UNITS:
+        return result * BINARY_UNITS[suffix]
     return result * _DECIMAL[suffix]
 
 
@@ -77,11 +77,11 @@ def parse_model_params(value: str) -> int:
 def format_bytes(amount: Decimal | int) -> str:
     """Human size for messages: GiB with one decimal for large values (GPU memory is sold in GiB-ish units)."""
     amount = Decimal(amount)
-    gib = amount / _BINARY["Gi"]
+    gib = amount / BINARY_UNITS["Gi"]
     if gib >= 1:
         text = f"{gib:.1f}".rstrip("0").rstrip(".")
         return f"{text}Gi"
-    mib = amount / _BINARY["Mi"]
+    mib = amount / BINARY_UNITS["Mi"]
     return f"{mib:.0f}Mi"
 
 
@@ -92,7 +92,7 @@ def format_quantity(amount: Decimal | int) -> str:
         value = value.to_integral_value(rounding="ROUND_CEILING")
     whole = int(value)
     for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-        unit = _BINARY[suffix]
+        unit = BINARY_UNITS[suffix]
         if whole and whole % unit == 0:
             return f"{whole // unit}{suffix}"
     return str(whole)

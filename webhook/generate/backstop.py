@@ -78,6 +78,29 @@ def _integer(value: str) -> str:
             f"(type(iv) == string && iv.trim().matches('^[0-9]+$') ? int(iv.trim()) : 0))")
 
 
+def positive_amount(value: str) -> str:
+    """A positive whole amount, as the webhook reads an accelerator's (`webhook.core.profile`)."""
+    return (f"cel.bind(q, {quantity_text(value)}, isQuantity(q) && quantity(q).isInteger() && "
+            f"quantity(q).isGreaterThan(quantity('0')))")
+
+
+def with_limits_and_requests(resources: str, body: str) -> str:
+    """``body`` with ``li`` and ``rq`` bound to the limits and requests of ``resources`` (maps, whatever was sent)."""
+    return (f"cel.bind(rr, {resources}, "
+            f"cel.bind(li, cel.bind(l0, type(rr) == map ? rr.?limits.orValue({{}}) : {{}}, "
+            f"type(l0) == map ? l0 : {{}}), "
+            f"cel.bind(rq, cel.bind(r0, type(rr) == map ? rr.?requests.orValue({{}}) : {{}}, "
+            f"type(r0) == map ? r0 : {{}}), "
+            f"{body})))")
+
+
+def asked_names(test: str) -> str:
+    """Within `with_limits_and_requests`: the resources ``n`` that pass ``test`` and ask for a positive whole
+    amount, the limit's, else the request's."""
+    return (f"li.filter(n, {test} && {positive_amount('li[n]')}) + "
+            f"rq.filter(n, !(n in li) && {test} && {positive_amount('rq[n]')})")
+
+
 def quantity_text(value: str) -> str:
     """A quantity as the webhook reads it: a string (trimmed) or a number written as one."""
     return (f"cel.bind(qv, {value}, type(qv) == string ? qv.trim() : "
@@ -428,17 +451,7 @@ class Rule:
     def asked(self, resources: str) -> str:
         """`_accelerator_amounts`: the accelerators one container asks for (the limit, else the request, a positive
         whole number)."""
-        count = ("cel.bind(q, {text}, isQuantity(q) && quantity(q).isInteger() && "
-                 "quantity(q).isGreaterThan(quantity('0')))")
-        limit = count.format(text=quantity_text("li[n]"))
-        request = count.format(text=quantity_text("rq[n]"))
-        return (f"cel.bind(rr, {resources}, "
-                f"cel.bind(li, cel.bind(l0, type(rr) == map ? rr.?limits.orValue({{}}) : {{}}, "
-                f"type(l0) == map ? l0 : {{}}), "
-                f"cel.bind(rq, cel.bind(r0, type(rr) == map ? rr.?requests.orValue({{}}) : {{}}, "
-                f"type(r0) == map ? r0 : {{}}), "
-                f"li.filter(n, {self.accelerator('n')} && {limit}) + "
-                f"rq.filter(n, !(n in li) && {self.accelerator('n')} && {request}))))")
+        return with_limits_and_requests(resources, asked_names(self.accelerator("n")))
 
     def names_model(self, v: str, mig: str, device: str = "false") -> str:
         """Not `gpu-model-missing` (webhook.core.profile `_choose_model`, webhook.core.models `pinned_models`,

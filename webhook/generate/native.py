@@ -41,9 +41,19 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.core import names
+from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import ClassSettings, Rules
 
-from .backstop import TOLERATIONS_PATCH, Rule, quantity_text, toleration_policy, toleration_variables, without_bind
+from .backstop import (
+    TOLERATIONS_PATCH,
+    Rule,
+    asked_names,
+    quantity_text,
+    toleration_policy,
+    toleration_variables,
+    with_limits_and_requests,
+    without_bind,
+)
 from .backstop import manifests as backstop_manifests
 from .match_conditions import cel_list, cel_string
 from .webhooks import excluded_namespaces
@@ -51,8 +61,7 @@ from .webhooks import excluded_namespaces
 PREFIX = "ai-admission-native"
 LABELS = {"app.kubernetes.io/name": "ai-admission", "app.kubernetes.io/component": "native"}
 SHM_PATH = "/dev/shm"
-MIB = 2**20
-_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+MIB = BINARY_UNITS["Mi"]
 
 
 def policy_name(workload: str) -> str:
@@ -61,38 +70,25 @@ def policy_name(workload: str) -> str:
 
 # -- CEL pieces -----------------------------------------------------------------------------------------------------
 
-def _resources(container: str, body: str) -> str:
-    """``body`` with ``li`` and ``rq`` bound to ``container``'s limits and requests (maps, whatever was sent)."""
-    return (f"cel.bind(rr, {container}.?resources.orValue({{}}), "
-            f"cel.bind(li, cel.bind(l0, type(rr) == map ? rr.?limits.orValue({{}}) : {{}}, type(l0) == map ? l0 : {{}}), "
-            f"cel.bind(rq, cel.bind(r0, type(rr) == map ? rr.?requests.orValue({{}}) : {{}}, type(r0) == map ? r0 : {{}}), "
-            f"{body})))")
-
-
-def _positive(value: str) -> str:
-    """A positive whole amount, as the webhook reads one (`webhook.core.profile`)."""
-    return (f"cel.bind(q, {quantity_text(value)}, isQuantity(q) && quantity(q).isInteger() && "
-            f"quantity(q).isGreaterThan(quantity('0')))")
+def _counted_asks(rules: Rules, container: str) -> str:
+    """The counted resources (`_counted`) ``container`` asks for, as `Rule.asked` finds the accelerators."""
+    return with_limits_and_requests(f"{container}.?resources.orValue({{}})", asked_names(_counted(rules)))
 
 
 def _gpus(rules: Rules, container: str) -> str:
     """The GPUs ``container`` asks for, in a pod whose accelerators are all counted (``variables.countable``): the
     limit, else the request, of each, summed."""
-    counted = _counted(rules)
-    amounts = (f"li.filter(n, {counted} && {_positive('li[n]')}).map(n, quantity({quantity_text('li[n]')}).asInteger()) + "
-               f"rq.filter(n, !(n in li) && {counted} && {_positive('rq[n]')})"
-               f".map(n, quantity({quantity_text('rq[n]')}).asInteger())")
-    return _resources(container, f"cel.bind(sv, {amounts}, size(sv) == 0 ? 0 : sv.sum())")
+    amounts = (f"({asked_names(_counted(rules))})"
+               f".map(n, quantity({quantity_text('n in li ? li[n] : rq[n]')}).asInteger())")
+    return with_limits_and_requests(f"{container}.?resources.orValue({{}})",
+                                    f"cel.bind(sv, {amounts}, size(sv) == 0 ? 0 : sv.sum())")
 
 
 def _counted_names(rules: Rules) -> str:
     """The accelerators the pod's containers ask for, each once, in a countable pod: only the counted names need
     testing, so the long accelerator test of the toleration policy's ``asked`` runs only for the other pods."""
-    counted = _counted(rules)
-    names = _resources("c", f"li.filter(n, {counted} && {_positive('li[n]')}) + "
-                            f"rq.filter(n, !(n in li) && {counted} && {_positive('rq[n]')})")
     every = "object.spec.containers + object.spec.?initContainers.orValue([])"
-    return (f"[dyn(({every}).map(c, {names}.join(',')).join(',').split(','))]"
+    return (f"[dyn(({every}).map(c, {_counted_asks(rules, 'c')}.join(',')).join(',').split(','))]"
             f".map(all, all.transformList(i, n, n != '' && all.indexOf(n) == i, n))[0]")
 
 
@@ -101,7 +97,7 @@ def _countable(rules: Rules, rule: Rule, container: str) -> str:
     are let through first, so the long accelerator test runs only for the rest."""
     plain = "(n in ['cpu', 'memory', 'ephemeral-storage'] || n.startsWith('hugepages-'))"
     each = f"{plain} || {_counted(rules)} || !{rule.accelerator('n')}"
-    return _resources(container, f"li.all(n, {each}) && rq.all(n, {each})")
+    return with_limits_and_requests(f"{container}.?resources.orValue({{}})", f"li.all(n, {each}) && rq.all(n, {each})")
 
 
 def _counted(rules: Rules) -> str:
@@ -122,7 +118,7 @@ def _share_annotations(rules: Rules) -> list[str]:
 def _format_bytes(value: str) -> str:
     """`webhook.core.quantity.format_quantity` for a whole byte count: the largest binary suffix that divides it."""
     expression = f"string({value})"
-    for suffix, unit in reversed(_SUFFIXES):
+    for suffix, unit in BINARY_UNITS.items():  # Ki first: the largest suffix ends up outermost
         expression = f"({value} % {unit} == 0 ? string({value} / {unit}) + '{suffix}' : {expression})"
     return f"({value} == 0 ? '0' : {expression})"
 
