@@ -351,21 +351,35 @@ def _train_job(cel: Cel, o: str, prefix: str) -> str:
                           _spec(containers)) + "]"
 
 
+EXPERIMENT = ("kubeflow.org", "Experiment")
+TRIAL_PREFIX = "spec.trialTemplate.trialSpec."
+
+
+def _trial(o: str) -> str:
+    """A Katib Experiment's trial spec, the object of its own kind (``{}`` when it is not an object)."""
+    return f"cel.bind(t0, {o}.?spec.?trialTemplate.?trialSpec.orValue({{}}), type(t0) == map ? t0 : {{}})"
+
+
+def _group(tr: str) -> str:
+    """The API group of an object by its apiVersion (``''``: the core group)."""
+    return (f"cel.bind(av, {tr}.?apiVersion.orValue(''), type(av) == string && av.contains('/') ? "
+            "av.substring(0, av.lastIndexOf('/')) : '')")
+
+
 def _experiment(cel: Cel, o: str, prefix: str) -> str:
-    """A Katib Experiment: its trial spec read as the object of its own kind (one the policy can read)."""
-    trial = f"{o}.?spec.?trialTemplate.?trialSpec.orValue({{}})"
+    """A Katib Experiment: its trial spec read as the object of its own kind (one the policy can read). The policy
+    itself reads trials through its per-kind variables (`_template_variables`); this whole reader is for one
+    object (tests/unit/test_backstop_views.py)."""
     inner = "[]"
     for (group, kind), _ in sorted(KINDS.items(), reverse=True):
-        if (group, kind) == ("kubeflow.org", "Experiment"):
+        if (group, kind) == EXPERIMENT:
             continue
-        views = cel.kind_views(group, kind, "tr", prefix + "spec.trialTemplate.trialSpec.")
+        views = cel.kind_views(group, kind, "tr", prefix + TRIAL_PREFIX)
         if views is None:
             continue
         test = f"tg == {cel_string(group)} && tk == {cel_string(kind)}"
         inner = f"({test} ? ({views}) : {inner})"
-    group = "cel.bind(av, tr.?apiVersion.orValue(''), type(av) == string && av.contains('/') ? " \
-            "av.substring(0, av.lastIndexOf('/')) : '')"
-    return (f"cel.bind(tr, {trial}, type(tr) == map && size(tr) > 0 ? cel.bind(tg, {group}, "
+    return (f"cel.bind(tr, {_trial(o)}, size(tr) > 0 ? cel.bind(tg, {_group('tr')}, "
             f"cel.bind(tk, tr.?kind.orValue(''), {inner})) : [])")
 
 
@@ -665,17 +679,57 @@ def without_bind(expression: str) -> str:
     return expression
 
 
-def _switch(cel: Cel, root: str, scope: str | None = None) -> str:
-    """The views of ``root``, by the resource the request is for (a pod, or one of the kinds; ``scope``: only pods,
-    only the kinds, or both)."""
-    pod = cel.view("'pod'", [f"{root}.?metadata.?annotations.orValue({{}})"], f"{root}.?spec.orValue({{}})")
-    branches = [f"variables.resource == '/pods' ? [{pod}]"] if scope in (None, PODS) else []
-    for (group, kind), entry in sorted(KINDS.items()) if scope in (None, TEMPLATES) else []:
-        views = cel.kind_views(group, kind, root)
-        if views is not None:
-            branches.append(f"variables.resource == {cel_string(group + '/' + entry.resource)} ? ({views})")
+def _pod_views(cel: Cel) -> str:
+    """The one view of each subject that is a pod."""
+    pod = cel.view("'pod'", ["o.?metadata.?annotations.orValue({})"], "o.?spec.orValue({})")
+    return f"variables.subjects.map(o, [{pod}])"
+
+
+def _kind_variable(group: str, kind: str) -> str:
+    return "of_" + re.sub(r"[^A-Za-z0-9]", "_", f"{group}_{kind}")
+
+
+def _template_variables(cel: Cel, scope: str | None) -> list[dict[str, str]]:
+    """The views of the subjects (``variables.views``: a list of views per subject), read kind by kind.
+
+    Each kind's reader is a variable of its own, which the API server evaluates only when it is read (for the
+    request's kind, or an Experiment's trial's). The API server's CEL type checker takes time quadratic in the size
+    of one expression: all kinds' readers in one expression took 10 s to compile on a v1.36 API server, one
+    variable per kind under 0.3 s in all, and a policy is not enforced before it is compiled.
+
+    ``roots``: what is read, the subjects themselves, or for a Katib Experiment their trial specs, each read as the
+    object of its own kind (``kinds``: ``group/Kind`` of each root) with paths under the trial's.
+    """
+    readable = [key for key in readable_kinds() if key != EXPERIMENT]
+    variables = [
+        {"name": "trials", "expression": f"variables.resource == {cel_string(EXPERIMENT[0] + '/experiments')}"},
+        {"name": "roots",
+         "expression": without_bind(f"variables.trials ? variables.subjects.map(o, {_trial('o')}) : variables.subjects")},
+        {"name": "kinds",
+         "expression": without_bind(f"variables.trials ? variables.roots.map(tr, {_group('tr')} + '/' + "
+                                    f"string(tr.?kind.orValue(''))) : "
+                                    f"variables.subjects.map(o, request.kind.group + '/' + request.kind.kind)")},
+    ]
+    chain = []
+    for group, kind in sorted(readable):
+        views = cel.kind_views(group, kind, "o")
+        assert views is not None
+        name = _kind_variable(group, kind)
+        variables.append({"name": name, "expression": without_bind(f"variables.roots.map(o, {views})")})
+        chain.append(f"k == {cel_string(group + '/' + kind)} ? variables.{name}[i]")
     # one kind a line: a reviewer reads the policy kind by kind
-    return "(\n  " + "\n  : ".join(branches) + "\n  : [])"
+    found = "variables.kinds.transformList(i, k,\n  " + "\n  : ".join(chain) + "\n  : [])"
+    prefixed = f"vs.map(v, {{'p': dyn({cel_string(TRIAL_PREFIX)} + v.p), 'a': v.a, 's': v.s}})"
+    views = f"{found}.map(vs, variables.trials ? {prefixed} : vs)"
+    if scope is None:
+        views = f"variables.resource == '/pods' ? {_pod_views(cel)} : ({views})"
+    return [*variables, {"name": "views", "expression": without_bind(views)}]
+
+
+def _view_variables(cel: Cel, scope: str | None) -> list[dict[str, str]]:
+    if scope == PODS:
+        return [{"name": "views", "expression": without_bind(_pod_views(cel))}]
+    return _template_variables(cel, scope)
 
 
 def readable_kinds() -> list[tuple[str, str]]:
@@ -710,9 +764,8 @@ def policy_name(scope: str | None) -> str:
 
 def validating_policy(rules: Rules, scope: str | None = None) -> dict[str, Any]:
     """The ValidatingAdmissionPolicy for ``rules``: for pods (``scope`` PODS), for the pod templates of the kinds
-    (TEMPLATES), or both in one (None). Shipped as two: the API server compiles a policy before it enforces it, and
-    the one for every kind is large (about 10 s on a v1.36 API server, against under 1 s for pods alone), while a
-    pod is never judged by the kinds' part of it."""
+    (TEMPLATES), or both in one (None). Shipped as two: a pod is never judged by the kinds' part, and its policy
+    stays small."""
     cel = Cel(rules)
     rule = Rule(rules)
     subject = ("(variables.resource == '/pods' ? 'pod' : object.kind + ' ' + object.metadata.?name.orValue('')) + "
@@ -736,7 +789,7 @@ def validating_policy(rules: Rules, scope: str | None = None) -> dict[str, Any]:
                 {"name": "resource", "expression": "request.resource.group + '/' + request.resource.resource"},
                 {"name": "subjects",
                  "expression": "request.operation == 'UPDATE' && oldObject != null ? [object, oldObject] : [object]"},
-                {"name": "views", "expression": without_bind(f"variables.subjects.map(o, {_switch(cel, 'o', scope)})")},
+                *_view_variables(cel, scope),
                 # on UPDATE a template whose facts did not change is not judged (a legacy template keeps scaling)
                 {"name": "judged",
                  "expression": "variables.views[0].filter(v, size(variables.views) < 2 || "
