@@ -23,14 +23,16 @@ import yaml
 
 from tests.conftest import ROOT, start_server, stop_server
 from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named
+from tests.support.clusters import gke_cluster, with_nodes
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.e2e_install import BARE_POD, PROFILED_POD, ROUTE_LABEL, install, route_labels, uninstall
 from tests.support.fixtures import POD_CASES
 from webhook.core import names
 from webhook.core.admission import mutate_verdict
 from webhook.core.rules import Rules
+from webhook.core.view.cluster_facts import GROUP, PLURAL, facts_data, param
 from webhook.core.workloads.kinds import templates_of
-from webhook.generate import backstop, native
+from webhook.generate import backstop, native, webhooks
 from webhook.generate.webhooks import priority_classes
 
 pytestmark = [pytest.mark.e2e]
@@ -83,11 +85,14 @@ def webhooks_pod(pod: dict[str, Any], rules: Rules) -> dict[str, Any]:
     return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
 
 
-def gpu_tolerations(pod: dict[str, Any], sent: dict[str, Any], accelerators: set[str]) -> list[dict[str, Any]]:
-    """The tolerations added to ``sent`` for its accelerators (the class's pool tolerations are the webhook's)."""
+def gpu_tolerations(pod: dict[str, Any], sent: dict[str, Any], rules: Rules) -> list[dict[str, Any]]:
+    """The tolerations added to ``sent`` for the GPU taints of its nodes (the class's pool tolerations are the
+    webhook's)."""
     before = sent["spec"].get("tolerations") or []
-    return sorted((t for t in pod["spec"].get("tolerations") or [] if t not in before
-                   and t.get("key") not in DEFAULT_TOLERATIONS and t.get("key") in accelerators), key=str)
+    workload = (sent["metadata"].get("annotations") or {}).get(names.WORKLOAD_TYPE, "")
+    pool = list(rules.classes[workload].mutate.tolerations) if workload in rules.classes else []
+    return sorted((t for t in pod["spec"].get("tolerations") or [] if t not in before and t not in pool
+                   and t.get("key") not in DEFAULT_TOLERATIONS), key=str)
 
 
 def covered(pod: dict[str, Any], rules: Rules, own: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -109,6 +114,14 @@ def covered(pod: dict[str, Any], rules: Rules, own: dict[str, Any] | None = None
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds")}
 
 
+def placed(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the placing classes' policies write, read off a pod: the pod affinity that packs its job, the spread of
+    its replicas. Apart from `covered`: a policy places a pod only where CEL reads it as the webhook does."""
+    spec = pod["spec"]
+    return {"podAffinity": (spec.get("affinity") or {}).get("podAffinity"),
+            "topologySpreadConstraints": spec.get("topologySpreadConstraints")}
+
+
 @pytest.fixture(scope="module")
 def plain(control_plane: ControlPlane) -> str:
     """A namespace with no policy and no webhook: what the API server alone makes of a pod (its defaults)."""
@@ -125,14 +138,26 @@ def native_installed(control_plane: ControlPlane, rules: Rules) -> Iterator[str]
             obj["spec"]["failurePolicy"] = "Fail"
     done = control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([*priority_classes(rules), *objects]))
     assert done.returncode == 0, done.stderr
+    facts_installed(control_plane)
     namespace = control_plane.create_namespace(namespace_name("native"), {NATIVE: "true", ROUTE_LABEL: "no-webhook"})
     deadline = time.monotonic() + 60
     while (natively(control_plane, namespace, PROFILED_POD) or {}).get("spec", {}).get("priorityClassName") is None:
         assert time.monotonic() < deadline, "the native policies do not act"
         time.sleep(0.2)
     yield namespace
-    control_plane.kubectl("delete", "--ignore-not-found",
-                          *[f"{o['kind'].lower()}/{o['metadata']['name']}" for o in objects])
+    control_plane.kubectl("delete", "--ignore-not-found", *[f"{o['kind'].lower()}/{o['metadata']['name']}"
+                                                            for o in objects if "AdmissionPolicy" in o["kind"]])
+    control_plane.kubectl("delete", "--ignore-not-found", "-n", webhooks.NAME, f"{PLURAL}/{native.FACTS}")
+
+
+def facts_installed(plane: ControlPlane) -> None:
+    """The parameter as the server creates it before it knows any node (its kind established first), in its
+    namespace."""
+    done = plane.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+    assert done.returncode == 0, done.stderr
+    home = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": webhooks.NAME}}
+    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([home, param(webhooks.NAME)]))
+    assert done.returncode == 0, done.stderr
 
 
 def natively(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -162,9 +187,11 @@ def test_the_profiled_pods_are_mutated_as_the_webhook_mutates_them(control_plane
 
 
 def compared(plane: ControlPlane, native_namespace: str, plain: str, rules: Rules,
-             pods: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[str], list[str]]:
+             pods: list[tuple[str, dict[str, Any]]],
+             placing: tuple[list[str], list[str]] = ([], [])) -> tuple[list[str], list[str], list[str]]:
     """Each pod (with the class the webhook gives it) through the policies, against the webhook's patch: (mutated
-    as the webhook mutates it, left as it came, refused by the API server). Whole or nothing, else it fails."""
+    as the webhook mutates it, left as it came, refused by the API server). Whole or nothing, else it fails.
+    ``placing``: filled with the pods the webhook places, (placed by the policies as it does, left to it)."""
     same, left, refused = [], [], []
     for name, original in pods:
         pod = with_class(original, rules)
@@ -177,16 +204,22 @@ def compared(plane: ControlPlane, native_namespace: str, plain: str, rules: Rule
         sent = for_apiserver(pod, native_namespace)
         by_webhook, as_sent = natively(plane, plain, webhooks_pod(sent, rules)), natively(plane, plain, sent)
         assert by_webhook is not None and as_sent is not None, name
-        profile = mutate_verdict(copy.deepcopy(sent), rules=rules, mode="deny").profile
-        accelerators = set(profile.gpus) if profile else set()
-        # the GPU tolerations, countable or not, as the toleration policy gives them
-        assert gpu_tolerations(got, sent, accelerators) == gpu_tolerations(by_webhook, sent, accelerators), name
+        # the GPU tolerations, countable or not, as the webhook gives them; with the nodes' facts, for a pod whose
+        # model CEL reads as the webhook does (else none: the webhook adds them)
+        tolerated = gpu_tolerations(got, sent, rules)
+        assert tolerated == gpu_tolerations(by_webhook, sent, rules) or (rules.nodes and not tolerated), name
         expected, untouched, now = (covered(p, rules, sent) for p in (by_webhook, as_sent, got))
         if now == expected:
             same.append(name)
         else:
             assert now == untouched, (name, now, expected)
             left.append(name)
+        # placement on its own: as the webhook places the pod, or left to it
+        if placed(by_webhook) != placed(as_sent):
+            assert placed(got) in (placed(by_webhook), placed(as_sent)), (name, placed(got), placed(by_webhook))
+            (placing[0] if placed(got) == placed(by_webhook) else placing[1]).append(name)
+        else:
+            assert placed(got) == placed(as_sent), (name, placed(got))
     return same, left, refused
 
 
@@ -197,7 +230,8 @@ def test_every_fixture_pod_gets_what_the_webhook_gives_or_is_left_to_it(control_
     server makes them, its defaults filled in)."""
     same, left, refused = compared(control_plane, native_installed, plain, rules,
                                    [(case.name, case.pod) for case in POD_CASES])
-    print(f"\nfixtures: {len(same)} as the webhook, {len(left)} left to it, {len(refused)} refused by the API server")
+    print(f"\nfixtures: {len(same)} as the webhook, {len(left)} left to it, {len(refused)} refused by the API server "
+          f"({', '.join(refused)})")
     assert len(same) >= 20, (same, left, refused)
     assert len(same) > 2 * len(left), (same, left, refused)
 
@@ -238,6 +272,94 @@ def test_every_published_manifests_pod_gets_what_the_webhook_gives_or_is_left_to
     same, left, refused = compared(control_plane, native_installed, plain, rules, pods)
     print(f"\npublished: {len(same)} as the webhook, {len(left)} left to it, {len(refused)} refused by the API server")
     assert len(same) >= 45, (same, left, refused)
+
+
+def job_pod(name: str, *, pods: int, gpus: int, selector: dict[str, str]) -> dict[str, Any]:
+    """A worker of a PyTorchJob of ``pods`` pods (torchrun's PET_NNODES), ``gpus`` GPUs each, on the nodes of
+    ``selector``."""
+    pod = named(PROFILED_POD, name)
+    pod["metadata"]["labels"] = {"training.kubeflow.org/job-name": name}
+    pod["spec"]["nodeSelector"] = selector
+    pod["spec"]["containers"][0].update(env=[{"name": "PET_NNODES", "value": str(pods)}],
+                                        resources={"limits": {"nvidia.com/gpu": str(gpus), "memory": "64Gi"}})
+    return pod
+
+
+def replica_pod(name: str, model: str) -> dict[str, Any]:
+    """One replica of a served model on ``model``'s nodes."""
+    pod = inference_pod()
+    pod["metadata"]["name"] = name
+    pod["metadata"]["annotations"][names.GPU_MODEL] = model
+    del pod["spec"]["nodeSelector"]
+    return pod
+
+
+H100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}  # as GKE labels its A3 Mega nodes
+PLACED = {  # name: (pod, what the webhook writes on GKE's nodes of tests/support/clusters.py)
+    "four-by-eight": (job_pod("four-by-eight", pods=4, gpus=8, selector=H100), "cloud.google.com/gce-topology-block"),
+    "two-by-eight": (job_pod("two-by-eight", pods=2, gpus=8, selector={"gpu-type": "h100-80g"}),
+                     "cloud.google.com/gce-topology-subblock"),
+    "alone": (job_pod("alone", pods=1, gpus=8, selector=H100), None),
+    "serve-h100": (replica_pod("serve-h100", "H100_80GB"), ["kubernetes.io/hostname"]),
+    "serve-l4": (replica_pod("serve-l4", "l4"), ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]),
+}
+
+
+def facts_replaced(plane: ControlPlane, data: dict[str, str]) -> None:
+    """The parameter as the server writes it (every key replaced)."""
+    done = plane.kubectl("replace", "-f", "-", input=json.dumps(param(webhooks.NAME, data)))
+    assert done.returncode == 0, done.stderr
+
+
+def pack_key(pod: dict[str, Any] | None) -> str | None:
+    terms = (((pod or {})["spec"].get("affinity") or {}).get("podAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution") or []
+    return terms[-1]["podAffinityTerm"]["topologyKey"] if terms else None
+
+
+@pytest.fixture
+def gke_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Rules]:
+    """The facts of GKE's nodes in the parameter (as the server writes them while its node watch sees them);
+    the rules in force with those nodes, for the webhook's side. The empty parameter again afterwards."""
+    in_force = with_nodes(gke_cluster(), rules)
+    facts_replaced(control_plane, facts_data(in_force))
+    probe = PLACED["two-by-eight"][0]
+    deadline = time.monotonic() + 30  # the API server's parameter informer sees the change a moment later
+    while pack_key(natively(control_plane, native_installed, probe)) is None:
+        assert time.monotonic() < deadline, "the policies do not read the new facts"
+        time.sleep(0.2)
+    yield in_force
+    facts_replaced(control_plane, {})
+    while pack_key(natively(control_plane, native_installed, probe)) is not None:
+        time.sleep(0.2)
+
+
+def test_the_nodes_facts_pack_jobs_and_spread_replicas_as_the_webhook_does(
+        control_plane: ControlPlane, native_installed: str, plain: str, gke_facts: Rules) -> None:
+    """With the facts of the nodes (GKE's A3 Mega blocks and sub-blocks, L4 nodes in two zones) and no webhook,
+    a job is packed into the narrowest level that holds its GPUs, a job its operator says is one pod is not, and a
+    replica is spread over the keys its model's nodes have two values of: what the webhook does on those nodes."""
+    for name, (pod, expected) in PLACED.items():
+        got = natively(control_plane, native_installed, pod)
+        assert got is not None, name
+        sent = for_apiserver(pod, native_installed)
+        by_webhook = natively(control_plane, plain, webhooks_pod(sent, gke_facts))
+        assert placed(got) == placed(by_webhook), name
+        if name.startswith("serve"):
+            assert [c["topologyKey"] for c in got["spec"]["topologySpreadConstraints"]] == expected, name
+        else:
+            assert pack_key(got) == expected, name
+
+
+def test_with_the_nodes_facts_every_fixture_pod_is_placed_as_the_webhook_places_it_or_left_to_it(
+        control_plane: ControlPlane, native_installed: str, plain: str, gke_facts: Rules) -> None:
+    placing: tuple[list[str], list[str]] = ([], [])
+    same, left, refused = compared(control_plane, native_installed, plain, gke_facts,
+                                   [(case.name, case.pod) for case in POD_CASES], placing)
+    print(f"\nfixtures on GKE's nodes: {len(same)} as the webhook, {len(left)} left to it; placed by the webhook: "
+          f"{len(placing[0])} placed natively alike, {len(placing[1])} left to it ({', '.join(placing[1])})")
+    assert len(same) >= 20, (same, left, refused)
+    assert len(placing[0]) >= 3 and len(placing[0]) > len(placing[1]), placing
 
 
 def test_with_no_webhook_a_bare_gpu_pod_is_denied(control_plane: ControlPlane, native_installed: str) -> None:

@@ -30,13 +30,18 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import requests
+import yaml
 
 from tests.conftest import Server, eventually, start_server, stop_server
 from tests.support.apiserver import warnings
-from tests.support.clusters import eks_cluster, gke_cluster
+from tests.support.clusters import eks_cluster, gke_cluster, with_nodes
 from tests.support.control_plane import SCHEDULER, Component, ControlPlane, namespace_name, running
 from tests.support.e2e_install import install, route_labels, uninstall
+from webhook.core import names as names_
 from webhook.core.rules import Rules
+from webhook.core.view.cluster_facts import GROUP, PLURAL, VERSION, facts_data
+from webhook.core.view.cluster_facts import NAME as FACTS
+from webhook.generate import native, webhooks
 
 # The simulated nodes carry a taint of their own, tolerated only by this module's pods: pods other tests left
 # Pending elsewhere in the session's API server never land on them.
@@ -135,7 +140,9 @@ def cluster(request: pytest.FixtureRequest, control_plane: ControlPlane, schedul
     nodes = CLUSTERS[name]()
     server = start_server(tmp_path_factory.mktemp(f"placement-{name}"), extra_env={
         "KUBECONFIG": str(control_plane.kubeconfig), "AI_ADMISSION_NODE_CATALOG": "true",
-        "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "true"})
+        "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "true",
+        # the nodes' facts for the native policies, where their kind is served (only once a test installs it)
+        "AI_ADMISSION_CLUSTER_FACTS": "true", "AI_ADMISSION_FACTS_CHECK_SECONDS": "0.5"})
     simulated = SimulatedCluster(name, control_plane, server, nodes, route=f"placement-{name}")
     kubelets = None
     try:
@@ -338,3 +345,59 @@ def test_a_multi_node_pod_gets_its_fabrics_nccl_settings_or_a_warning(cluster: S
         assert any("offer vpc.amazonaws.com/efa but the pod asks for none" in w for w in told), told
         asking = create(cluster, namespace, training_worker(cluster, "efa", 0, 2, extra={"vpc.amazonaws.com/efa": "32"}))
         assert not any("efa" in w.lower() or "NCCL" in w for w in asking), asking
+
+
+NATIVE = "test.ai-admission.io/native-placement"
+
+
+@pytest.mark.e2e
+def test_with_no_webhook_the_native_policies_pack_a_job_by_the_facts_the_server_writes(
+        cluster: SimulatedCluster, rules: Rules) -> None:
+    """The server's node watch writes what it learns to the native policies' parameter, and in a namespace no
+    webhook is registered for, the training class's policy packs a job by it: the real scheduler binds the job's
+    pods in one domain, as with the webhook."""
+    plane, key = cluster.plane, PACKING_KEY[cluster.name]
+    objects = native.native_set(rules, [{"key": NATIVE, "operator": "Exists"}])
+    home = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": webhooks.NAME}}
+    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([home, *webhooks.priority_classes(rules),
+                                                                       *objects]))
+    assert done.returncode == 0, done.stderr
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{webhooks.NAME}/{PLURAL}/{FACTS}"
+    namespace = plane.create_namespace(namespace_name(f"{cluster.name}-native"), {NATIVE: "true"})
+    try:
+        expected = facts_data(with_nodes(cluster.nodes, rules))
+        assert expected["pack"]
+        # the server creates the parameter once its kind is served, and fills it from its node watch
+        eventually(lambda: plane.kubectl("get", "-n", webhooks.NAME, f"{PLURAL}/{FACTS}").returncode == 0)
+        eventually(lambda: cluster.api("GET", path).get("data") == expected)
+
+        def worker(index: int) -> dict[str, Any]:
+            pod = training_worker(cluster, "llama", index, 3)
+            pod["metadata"]["annotations"].update({names_.WORKLOAD_TYPE: "training", names_.GPU_MODEL: "h100-80g"})
+            return pod
+
+        def packed_by() -> str | None:  # a dry run: the policies in force and reading the facts just written
+            done = plane.kubectl("create", "--dry-run=server", "-n", namespace, "-o", "json", "-f", "-",
+                                 input=json.dumps(worker(0)))
+            affinity = json.loads(done.stdout)["spec"].get("affinity") if done.returncode == 0 else None
+            terms = ((affinity or {}).get("podAffinity") or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+            return terms[0]["podAffinityTerm"]["topologyKey"] if terms else None
+
+        eventually(lambda: packed_by() == key)
+        fill_one_node_per_domain(cluster, namespace, key)
+        names = [f"llama-worker-{i}" for i in range(3)]
+        for index in range(3):
+            create(cluster, namespace, worker(index))
+        made = {p["metadata"]["name"]: p for p in cluster.pods(namespace)}
+        for name in names:
+            terms = made[name]["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == [key], name
+        nodes = bound(cluster, namespace, names)
+        assert len({domain(cluster, node, key) for node in nodes.values()}) == 1, nodes
+    finally:
+        for pod in cluster.pods(namespace):
+            cluster.api("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}?gracePeriodSeconds=0")
+        eventually(lambda: not cluster.pods(namespace))
+        plane.kubectl("delete", "--ignore-not-found", *[f"{o['kind'].lower()}/{o['metadata']['name']}"
+                                                         for o in objects if "AdmissionPolicy" in o["kind"]])
+        plane.kubectl("delete", "--ignore-not-found", "-n", webhooks.NAME, f"{PLURAL}/{FACTS}")

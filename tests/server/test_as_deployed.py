@@ -25,12 +25,14 @@ import yaml
 from tests.conftest import RULES_FILE, eventually
 from tests.support import backend_crds, owners
 from tests.support.builders import render
-from tests.support.clusters import gke_cluster
+from tests.support.clusters import gke_cluster, with_nodes
 from tests.support.deployed import Container, Pod, deployment_container, image, start
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.reviews import admission_review, apply_patch, assert_valid_pod
 from webhook.config.rules_file import load_rules
 from webhook.core.rules import Rules, compile_rules
+from webhook.core.view.cluster_facts import NAME as FACTS
+from webhook.core.view.cluster_facts import PLURAL, facts_data
 
 OVERLAYS = ("manifests", *sorted(f"manifests/overlays/{p.name}" for p in (RULES_FILE.parent.parent / "manifests"
                                                                           / "overlays").iterdir() if p.is_dir()))
@@ -327,3 +329,29 @@ def test_each_overlays_deployment_boots_and_serves(overlay: str, rendered: dict[
             pod.stop()
     assert "Traceback" not in pod.log.read_text()
 
+
+
+def test_the_native_overlay_writes_the_nodes_facts_its_policies_read(rendered: dict[str, Container],
+                                                                      tmp_path: Path) -> None:
+    """As shipped (its namespace from the downward API, the writer on inside a cluster, the parameter's kind the
+    native component installs), the server creates the policies' parameter with what its node watch learns, and
+    takes the Lease that makes it the one writer."""
+    overlay = "manifests/overlays/native"
+    objects = render(overlay)
+    assert [o["spec"]["names"]["kind"] for o in objects if o["kind"] == "CustomResourceDefinition"] == ["ClusterFacts"]
+    (binding, *_) = [o for o in objects if o["kind"] == "MutatingAdmissionPolicyBinding" and "paramRef" in o["spec"]]
+    home = binding["spec"]["paramRef"]["namespace"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["metadata"]["namespace"] == home  # where the server writes is where the policies read
+    with FakeKubeAPI() as api:
+        serve(api, [*gke_cluster(), *[o for o in objects if o["kind"] == "PriorityClass"]])
+        pod = start(rendered[overlay], tmp_path, kubeconfig=api.kubeconfig(tmp_path / "kubeconfig"),
+                    api_port=api.server.server_address[1], rules=SHIPPED_TEXT)
+        try:
+            expected = facts_data(with_nodes(gke_cluster(), load_rules_text(SHIPPED_TEXT)))
+            assert expected["pack.h100-80g"].endswith(f"{BLOCK}=32")
+            eventually(lambda: (api.objects.get((PLURAL, home, FACTS)) or {}).get("data") == expected)
+            assert api.objects[("leases", home, FACTS)]["spec"]["holderIdentity"]
+        finally:
+            pod.stop()
+    assert "Traceback" not in pod.log.read_text()

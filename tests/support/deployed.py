@@ -12,6 +12,7 @@ stand in for, and only that, is translated, each in one place below:
   that directory instead (``/tmp``, an emptyDir, is ``TMPDIR``);
 - the pod's network: the container port is a free loopback port (a pod has its own port space), and an env value
   ``host:containerPort`` says the free port;
+- the downward API: ``fieldRef`` env (``metadata.namespace``: the Deployment's namespace as rendered);
 - the API server: ``KUBERNETES_SERVICE_HOST``/``PORT`` as the kubelet sets them, pointing at the in-process
   stand-in (`tests.support.kubeapi`), and ``KUBECONFIG`` for the service-account token mount that a test cannot
   put at ``/var/run/secrets`` (the client tries the in-cluster configuration first, then that file).
@@ -145,6 +146,7 @@ class Container:
     mounts: dict[str, dict[str, Any]]      # mountPath -> the pod's volume
     readiness: Probe | None
     liveness: Probe | None
+    fields: dict[str, str]                  # the pod's own fields the downward API gives (metadata.namespace, ...)
 
     def port(self, port: str | int) -> int:
         return self.ports[port] if isinstance(port, str) else int(port)
@@ -161,7 +163,9 @@ def deployment_container(objects: list[dict[str, Any]], name: str = "ai-admissio
         env=list(container.get("env", [])),
         ports={p["name"]: int(p["containerPort"]) for p in container.get("ports", []) if p.get("name")},
         mounts={m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])},
-        readiness=_probe(container.get("readinessProbe")), liveness=_probe(container.get("livenessProbe")))
+        readiness=_probe(container.get("readinessProbe")), liveness=_probe(container.get("livenessProbe")),
+        fields={"metadata.namespace": deployment["metadata"].get("namespace", "default"),
+                "metadata.name": f"{name}-0"})
 
 
 def argv(container: Container, base: Image) -> list[str]:
@@ -271,7 +275,12 @@ def _environment(container: Container, base: Image, paths: dict[str, Path], port
                  api_port: int) -> dict[str, str]:
     env = dict(base.env)
     for variable in container.env:
-        assert "valueFrom" not in variable, f"{variable['name']}: valueFrom is not stood in for here"
+        reference = variable.get("valueFrom")
+        if reference is not None:  # the downward API, the only reference the Deployment uses
+            path = (reference.get("fieldRef") or {}).get("fieldPath")
+            assert path in container.fields, f"{variable['name']}: {reference} is not stood in for here"
+            env[variable["name"]] = container.fields[path]
+            continue
         env[variable["name"]] = _expand(str(variable.get("value", "")), env)
     venv = str(Path(sys.executable).parent.parent)
     translated: dict[str, str] = {}

@@ -1,8 +1,9 @@
 """A small stand-in for the Kubernetes API server, for the code that talks to one (no cluster runs here).
 
 It speaks the real REST paths and JSON the kubernetes client uses, for the few resources ai-admission touches
-(Secrets, PriorityClasses, Nodes, DRA claims, PolicyReports, webhook configurations): lists (with a
-resourceVersion), gets, creates, replaces, patches, deletes, and watches (``?watch=true``: the events since the
+(Secrets, PriorityClasses, Nodes, DRA claims, PolicyReports, webhook configurations, ConfigMaps, Leases): lists
+(with a resourceVersion), gets, creates (409 for a name taken), replaces (409 for a stale resourceVersion, the API
+server's optimistic concurrency), patches, deletes, and watches (``?watch=true``: the events since the
 given resourceVersion, streamed as JSON lines until ``timeoutSeconds``, as the API server does; ``410 Gone`` for
 a version older than it keeps). Objects live in memory and every request is recorded, so tests exercise the real
 client end to end. A list or watch with a ``labelSelector`` of ``key=value`` pairs is filtered by it.
@@ -43,6 +44,7 @@ class FakeKubeAPI:
         self._keep = keep_events
         self._changed = threading.Condition()
         self.fail: dict[str, int] = {}  # plural -> status to answer its next list with (once)
+        self.unserved: set[str] = set()  # plurals answered 404, as for a kind whose CRD is not installed
         api = self
 
         self._connections: set[socket.socket] = set()
@@ -89,6 +91,8 @@ class FakeKubeAPI:
                 if not match:
                     return self._status(404, "NotFound", "unknown path")
                 plural, namespace, name = match["plural"], match["ns"] or "", match["name"] or ""
+                if plural in api.unserved:
+                    return self._status(404, "NotFound", "the server could not find the requested resource")
                 if self.command == "GET" and not name:
                     failing = api.fail.pop(plural, None)
                     if failing:
@@ -110,6 +114,15 @@ class FakeKubeAPI:
                     return self._send(200, found)
                 if self.command in ("POST", "PUT"):
                     body = self._body()
+                    given = str((body.get("metadata") or {}).get("resourceVersion") or "")
+                    with api._changed:  # the API server's optimistic concurrency
+                        there = api.objects.get((plural, namespace or str(body["metadata"].get("namespace") or ""),
+                                                 str(body["metadata"]["name"])))
+                    if self.command == "POST" and there is not None:
+                        return self._status(409, "AlreadyExists", f"{plural} {body['metadata']['name']!r} exists")
+                    if self.command == "PUT" and there is not None and given and \
+                            given != there["metadata"]["resourceVersion"]:
+                        return self._status(409, "Conflict", "the object has been modified")
                     stored = api.store(plural, body, namespace, created=self.command == "POST")
                     return self._send(201 if self.command == "POST" else 200, stored)
                 if self.command == "PATCH":

@@ -122,8 +122,10 @@ def test_deployment_is_highly_available_and_hardened(base: list[dict[str, Any]])
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["resources"]["requests"] and container["resources"]["limits"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["AI_ADMISSION_BIND"] == "0.0.0.0:8443"
+    # the server writes the native policies' parameter in its own namespace (the binding's paramRef names it)
+    assert env["AI_ADMISSION_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     # draining after SIGTERM, then gunicorn's graceful_timeout, both within the grace period (webhook.draining)
     assert spec["terminationGracePeriodSeconds"] > float(env["AI_ADMISSION_DRAIN_SECONDS"]) + 1 + GRACEFUL_SECONDS
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from webhook.core import names
 from webhook.core.rules import Rules
-from webhook.generate import backstop, native
+from webhook.core.view.cluster_facts import NAME as FACTS
+from webhook.generate import native, native_placement
 
 
 def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
@@ -33,9 +34,13 @@ def test_a_class_policy_writes_what_the_class_sets_and_guards_every_write(rules:
         (policy, _) = native.class_policy(rules, workload)
         condition = policy["spec"]["matchConditions"][0]["expression"]
         assert f"'{names.WORKLOAD_TYPE}'" in condition and condition.endswith(f"== '{workload}'")
-        (mutation, tolerations) = policy["spec"]["mutations"]  # one merge, not one per write; the atomic list apart
+        # one merge, not one per write; the atomic lists apart (tolerations, pod affinity), and the spread
+        (mutation, tolerations, *placing) = policy["spec"]["mutations"]
         assert mutation["patchType"] == "ApplyConfiguration"  # no typed list in a JSON Patch
-        assert tolerations == {"patchType": "JSONPatch", "jsonPatch": {"expression": backstop.TOLERATIONS_PATCH}}
+        assert tolerations == {"patchType": "JSONPatch", "jsonPatch": {"expression": native_placement.TOLERATIONS_PATCH}}
+        plan = settings.mutate
+        assert len(placing) == (plan.pod_affinity is not None) + (plan.topology_spread is not None), workload
+        assert all(m["patchType"] == "JSONPatch" and "Object." not in m["jsonPatch"]["expression"] for m in placing)
         assert mutation["applyConfiguration"]["expression"].startswith("Object{")
         text = json.dumps(mutation)
         priority = settings.priority_class
@@ -54,7 +59,8 @@ def test_a_class_policy_writes_what_the_class_sets_and_guards_every_write(rules:
 def test_a_class_that_changes_nothing_has_no_policy(rules: Rules) -> None:
     training = rules.classes["training"]
     bare = replace(training, priority_class=None, mutate=replace(training.mutate, shm=None, labels={}, annotations={},
-                                                                   active_deadline_seconds=None))
+                                                                   active_deadline_seconds=None, pod_affinity=None,
+                                                                   topology_spread=None))
     quiet = replace(rules, classes={**rules.classes, "training": bare},
                     mutation=replace(rules.mutation, record_profile=False))
     assert native.class_policy(quiet, "training") == []
@@ -71,7 +77,29 @@ def test_the_set_holds_the_classes_the_tolerations_for_the_rest_and_the_backstop
     assert unless["name"] == "names-no-native-class" and all(f"'{w}'" in unless["expression"] for w in rules.classes)
     for workload in rules.classes:
         mutations = policies[f"ai-admission-native-{workload}"]["spec"]["mutations"]
-        assert mutations[-1]["jsonPatch"]["expression"] == backstop.TOLERATIONS_PATCH
+        assert mutations[1]["jsonPatch"]["expression"] == native_placement.TOLERATIONS_PATCH
+    # the kind of the parameter the policies read: the server creates the object and fills it
+    (facts,) = [o for o in found if o["kind"] == "CustomResourceDefinition"]
+    assert facts["spec"]["group"] == "ai-admission.io" and facts["spec"]["names"]["kind"] == "ClusterFacts"
+    assert not any(o["kind"] == "ClusterFacts" for o in found)
+
+
+def test_the_class_policies_read_the_nodes_facts_from_the_parameter_the_server_writes(rules: Rules) -> None:
+    """A policy whose parameter is not there is not run at all (Allow), so the webhook does everything then. A kind of
+    our own, not a ConfigMap: a v1.36 API server stops reading a built-in paramKind for good once no binding names
+    it (the native set reinstalled), and its policies then read a frozen copy (kubernetes/kubernetes#130887)."""
+    for workload in rules.classes:
+        policy, binding = native.class_policy(rules, workload)
+        assert policy["spec"]["paramKind"] == {"apiVersion": "ai-admission.io/v1alpha1", "kind": "ClusterFacts"}
+        assert binding["spec"]["paramRef"] == {"name": FACTS, "namespace": "ai-admission",
+                                               "parameterNotFoundAction": "Allow"}
+        variables = [v["name"] for v in policy["spec"]["variables"]]
+        assert variables[variables.index("facts"):variables.index("facts") + 3] == ["facts", "synced", "model"]
+        assert ("packBy" in variables) == (rules.classes[workload].mutate.pod_affinity is not None)
+        assert ("spreadKeys" in variables) == (rules.classes[workload].mutate.topology_spread is not None)
+    quiet = replace(rules, mutation=replace(rules.mutation, gpu_tolerations=False))
+    (hpo, binding) = native.class_policy(quiet, "hpo")  # places nothing, tolerates nothing: reads nothing
+    assert "paramKind" not in hpo["spec"] and "paramRef" not in binding["spec"]
 
 
 # -- the webhook after the policies: the pod it makes alone, under every backend ---------------------------------
@@ -87,7 +115,8 @@ def _profiled(workload: str) -> dict:
 
 def _as_the_policies_leave_it(pod: dict, by_webhook: dict, rules: Rules) -> dict:
     """``pod`` with what the class policies write, taken from the webhook's own result (the CEL's equivalence to
-    it is tests/e2e/test_native.py's): /dev/shm, the PriorityClass triple, the class label, the run-time bound."""
+    it is tests/e2e/test_native.py's): /dev/shm, the PriorityClass triple, the class label, the run-time bound, the
+    placement (a pod that names none: its affinity is all placement)."""
     import copy
 
     result = copy.deepcopy(pod)
@@ -97,7 +126,8 @@ def _as_the_policies_leave_it(pod: dict, by_webhook: dict, rules: Rules) -> dict
         mounts = [m for m in theirs.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
         if mounts:
             mine["volumeMounts"] = mounts
-    for key in ("priorityClassName", "priority", "preemptionPolicy", "activeDeadlineSeconds"):
+    for key in ("priorityClassName", "priority", "preemptionPolicy", "activeDeadlineSeconds",
+                "topologySpreadConstraints", "affinity"):
         if key in by_webhook["spec"]:
             result["spec"][key] = by_webhook["spec"][key]
     result["metadata"]["labels"][names.WORKLOAD_TYPE] = by_webhook["metadata"]["labels"][names.WORKLOAD_TYPE]

@@ -6,23 +6,19 @@ refreshed every ``intervalSeconds`` from `webhook.cluster.audit`, written only w
 the timestamp of when it was first found). The CRD is not ours: when the cluster does not serve it, one log line
 says so and nothing is written.
 
-Which worker writes: every gunicorn worker runs this thread, and the first to take an exclusive lock on a file
-in the server's own metrics directory (fresh per server, see gunicorn_conf) is the writer for as long as it
-lives; when it dies the kernel releases the lock and another worker takes over at its next check. Replicas of
-the Deployment each have one writer; as they compute the same results, the second finds nothing to change.
+Which worker writes: every gunicorn worker runs this thread, and the one that holds the server's lock file
+(`webhook.cluster.worker_lock`) writes. Replicas of the Deployment each have one writer; as they compute the same
+results, the second finds nothing to change.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
 from webhook.core.documents import Result
 from webhook.core.rules import Rules
@@ -31,6 +27,7 @@ from . import client as kube
 from .audit import audit, report_results, report_summary
 from .background import Poller
 from .informer import Api, Informer, ObjectStore, Observer, api_calls
+from .worker_lock import WorkerLock
 
 log = logging.getLogger("ai_admission")
 GROUP, VERSION, PLURAL = "wgpolicyk8s.io", "v1alpha2", "policyreports"
@@ -116,8 +113,7 @@ class ReportWriter(Poller):
                  observer: Observer | None = None) -> None:
         super().__init__(name="policy-reports", interval=interval, immediately=True)
         self._rules = rules
-        self._lock_path = os.path.join(lock_dir or tempfile.gettempdir(), LOCK_FILE)
-        self._lock: TextIO | None = None
+        self._lock = WorkerLock(LOCK_FILE, "the PolicyReports", lock_dir)
         self._client = client
         self._api: Any = None
         self._watch_api = watch or (lambda: api_calls(query={"labelSelector": SELECTOR}))
@@ -133,19 +129,6 @@ class ReportWriter(Poller):
         if self.reports is not None:
             self.reports.stop()
 
-    def _is_writer(self) -> bool:
-        if self._lock is not None:
-            return True
-        handle = open(self._lock_path, "a")  # noqa: SIM115 - held open for the worker's life: that is the lock
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            return False
-        self._lock = handle
-        log.warning(json.dumps({"msg": "this worker writes the PolicyReports", "pid": os.getpid()}))
-        return True
-
     def _problem(self, text: str | None) -> None:
         """Log a problem once (and its end), not at every refresh."""
         if text != self._last_problem:
@@ -160,7 +143,7 @@ class ReportWriter(Poller):
         current = settings(rules)
         if not current.enabled:
             return "off"
-        if not self._is_writer():
+        if not self._lock.held():
             return "another worker writes"
         if time.monotonic() - self._last_run < current.interval:
             return "not due"

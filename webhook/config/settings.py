@@ -66,6 +66,16 @@ VARIABLES: tuple[Variable, ...] = (
              "that a workload's queue exists and can hold it", "watch_queues", "switch"),
     Variable("AI_ADMISSION_QUEUES_RESYNC_SECONDS", "300", "how often the queue watch lists the backend's queues again",
              "queues_resync_seconds", "seconds"),
+    Variable("AI_ADMISSION_CLUSTER_FACTS", "auto",
+             "write what the node watch learns (topology, spread keys, GPU taints) to the native policies' parameter, "
+             "the ClusterFacts object ai-admission-cluster-facts, where the cluster serves its kind (one writer: a "
+             "Lease among replicas)",
+             "cluster_facts", "switch"),
+    Variable("AI_ADMISSION_FACTS_CHECK_SECONDS", "5", "how often the writer of the nodes' facts looks for a change",
+             "facts_check_seconds", "seconds"),
+    Variable("AI_ADMISSION_NAMESPACE", "ai-admission",
+             "the namespace the server runs in (the Deployment sets it from the pod's own), where the nodes' facts "
+             "and their Lease are", "namespace"),
     Variable("AI_ADMISSION_IO_TIMEOUT", "10", "seconds a connection may block a read or write", "io_timeout",
              "seconds"),
     Variable("AI_ADMISSION_REPORTS_CHECK_SECONDS", "10",
@@ -109,6 +119,9 @@ class Settings:
     watch_queues: str = "auto"
     claims_resync_seconds: float = 300.0
     queues_resync_seconds: float = 300.0
+    cluster_facts: str = "auto"
+    facts_check_seconds: float = 5.0
+    namespace: str = "ai-admission"
     io_timeout: float = 10.0
     reports_check_seconds: float = 10.0
     log_level: str = "INFO"
@@ -142,6 +155,11 @@ class Settings:
     @property
     def node_watch(self) -> bool:
         return self.switched_on(self.node_catalog)
+
+    @property
+    def facts_writer(self) -> bool:
+        """With no node watch the object is still created (the policies need it to run), and stays empty."""
+        return self.switched_on(self.cluster_facts)
 
     @property
     def claim_watch(self) -> bool:

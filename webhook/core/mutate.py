@@ -314,13 +314,7 @@ def _gpu_tolerations(ctx: _Context) -> list[Mapping[str, Any]]:
         claimed = profile.claimed
         keys = claimed.toleration_keys(profile.gpus) if claimed is not None else sorted(profile.gpus)
         return [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
-    wanted: list[Mapping[str, Any]] = []
-    for key, value, effect in target.taints:
-        if ctx.rules.is_accelerator(key) or any(t.key == key and t.value is None for t in ctx.rules.gpu_taints):
-            wanted.append({"key": key, "operator": "Exists", "effect": effect})
-        else:
-            wanted.append({"key": key, "operator": "Equal", "value": value, "effect": effect})
-    return wanted
+    return placement.target_tolerations(target, ctx.rules)
 
 
 def add_tolerations(ctx: _Context) -> None:

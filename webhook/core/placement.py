@@ -168,10 +168,26 @@ def target_of(rules: Rules, model: GpuModel | None) -> TargetNodes | None:
     return target if target is not None else found.get(ALL_MODELS)
 
 
+def target_tolerations(target: TargetNodes, rules: Rules) -> list[Mapping[str, Any]]:
+    """The tolerations of the GPU taints ``target``'s nodes carry: ``Exists`` for a taint named after an
+    accelerator or one the rules name with no value, else ``Equal`` to its value."""
+    wanted: list[Mapping[str, Any]] = []
+    for key, value, effect in target.taints:
+        if rules.is_accelerator(key) or any(t.key == key and t.value is None for t in rules.gpu_taints):
+            wanted.append({"key": key, "operator": "Exists", "effect": effect})
+        else:
+            wanted.append({"key": key, "operator": "Equal", "value": value, "effect": effect})
+    return wanted
+
+
+def pack_candidates(target: TargetNodes) -> list[Level]:
+    """The levels a job may be packed by, narrowest first (the NVLink domain, then the key set's, narrowest up)."""
+    return ([target.nvlink] if target.nvlink is not None else []) + list(reversed(target.levels))
+
+
 def pack_level(target: TargetNodes, job_gpus: int) -> Level | None:
     """The narrowest level (the NVLink domain first) whose largest domain holds ``job_gpus``; None when none does."""
-    candidates = ([target.nvlink] if target.nvlink is not None else []) + list(reversed(target.levels))
-    return next((level for level in candidates if level.largest >= job_gpus), None)
+    return next((level for level in pack_candidates(target) if level.largest >= job_gpus), None)
 
 
 def pod_interface(pod_spec: Mapping[str, Any], annotations: Mapping[str, str], fabric: str,

@@ -15,8 +15,10 @@ What a class's policy writes, each mirroring the step of `webhook.core.mutate` n
   (`set_priority`: the Priority admission plugin has already run, and refuses a pod whose value disagrees);
 - the class label the webhook records, the class's own labels and annotations, and its run-time bound
   (`record_profile`, `add_metadata`, `add_deadline`); each only where the pod has none;
-- the GPU toleration of each accelerator the pod asks for (`add_tolerations`), for every pod of the class, as the
-  backstop's toleration policy writes it.
+- the GPU tolerations (`add_tolerations`): of the GPU taints the pod's nodes carry, from the nodes' facts the
+  server writes (`native_placement`), else, while no node is known, of each accelerator the pod asks for;
+- placement (`add_topology`): a multi-node job packed into the narrowest topology level that holds it, replicas
+  spread over the keys their nodes have two values of, from the same facts (`native_placement`).
 
 A class policy writes in one ``ApplyConfiguration`` (a merge by the objects' own list keys: volumes and
 containers by name, mounts by path; each write an optional field, set only where the pod lacks it: one merge
@@ -27,8 +29,9 @@ apply configuration may not change. A pod a class policy takes gets its tolerati
 of the set (`TOLERATIONS`) takes every other pod, so no pod pays for two policies.
 
 What stays the webhook's, and why: the profile record (it names the model as the catalog resolves it, which
-needs the catalog's index); NCCL settings and placement (they need the nodes' topology and fabric); spread for
-inference (the webhook spreads only over levels the nodes have); a class's pool tolerations; a pod whose class
+needs the catalog's index); NCCL settings (the fabric of the pod's own requests and attachments, and the warnings
+when a fabric needs what the pod lacks); placement and tolerations of a pod whose model or job size CEL cannot
+read as the webhook does; a class's pool tolerations; a pod whose class
 comes from signals or shape, not the annotation; and a pod whose GPUs CEL cannot count as the webhook does
 (claims, shares by memory or annotation). Such a pod gets nothing from these policies (every mutation is guarded
 by ``variables.countable``) and everything from the webhook, which runs after them and adds only what is still
@@ -43,9 +46,13 @@ from typing import Any
 from webhook.core import names
 from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import ClassSettings, Rules
+from webhook.core.view.cluster_facts import GROUP as FACTS_GROUP
+from webhook.core.view.cluster_facts import KIND as FACTS_KIND
+from webhook.core.view.cluster_facts import NAME as FACTS
+from webhook.core.view.cluster_facts import VERSION as FACTS_VERSION
+from webhook.core.view.cluster_facts import crd as facts_crd
 
 from .backstop import (
-    TOLERATIONS_PATCH,
     Rule,
     asked_names,
     quantity_text,
@@ -56,6 +63,10 @@ from .backstop import (
 )
 from .backstop import manifests as backstop_manifests
 from .match_conditions import cel_list, cel_string
+from .native_placement import TOLERATIONS_PATCH as FACTS_TOLERATIONS_PATCH
+from .native_placement import fact_variables, placement_mutations, placement_variables, places, reads_facts
+from .native_placement import toleration_variables as facts_tolerations
+from .webhooks import NAME as NAMESPACE
 from .webhooks import excluded_namespaces
 
 PREFIX = "ai-admission-native"
@@ -123,7 +134,7 @@ def _format_bytes(value: str) -> str:
     return f"({value} == 0 ? '0' : {expression})"
 
 
-def _variables(rules: Rules, settings: ClassSettings) -> list[dict[str, str]]:
+def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, str]]:
     rule = Rule(rules)
     app = "object.spec.containers"
     init = "object.spec.?initContainers.orValue([])"
@@ -136,13 +147,20 @@ def _variables(rules: Rules, settings: ClassSettings) -> list[dict[str, str]]:
          "expression": without_bind(f"({app} + {init}).all(c, {_countable(rules, rule, 'c')}) && "
                                     f"size(object.spec.?resourceClaims.orValue([])) == 0{no_share_notes}")},
     ]
+    if reads_facts(rules, settings):
+        variables += [{**v, "expression": without_bind(v["expression"])} for v in fact_variables(rules)]
     if rules.mutation.gpu_tolerations:
-        asked, missing = toleration_variables(rules)
+        asked, _ = toleration_variables(rules)
         general = asked["expression"]
         variables += [{"name": "asked",
                        "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : {general}"},
-                      missing]
+                      *[{**v, "expression": without_bind(v["expression"])} for v in facts_tolerations(rules)]]
     shm = settings.mutate.shm
+    if shm is not None or places(settings):
+        variables += [
+            {"name": "appGpus", "expression": without_bind(f"{app}.map(c, {_gpus(rules, 'c')})")},
+            {"name": "initGpus", "expression": without_bind(f"{init}.map(c, {_gpus(rules, 'c')})")},
+        ]
     if shm is not None:
         volume = rules.mutation.shm_volume_name
         mounts_shm = (f"c.?volumeMounts.orValue([]).exists(m, m.?mountPath.orValue('') == '{SHM_PATH}' || "
@@ -166,8 +184,6 @@ def _variables(rules: Rules, settings: ClassSettings) -> list[dict[str, str]]:
                 f"[{float(shm.per_gpu)} * double(g > 1 ? g : 1), {float(shm.max)}, lim * {fraction}].min()))))")
         whole = f"cel.bind(sz, {size}, sz >= {float(MIB)} ? int(sz / {float(MIB)}) * {MIB} : int(sz))"
         variables += [
-            {"name": "appGpus", "expression": without_bind(f"{app}.map(c, {_gpus(rules, 'c')})")},
-            {"name": "initGpus", "expression": without_bind(f"{init}.map(c, {_gpus(rules, 'c')})")},
             {"name": "shmTargets",
              "expression": f"{app}.transformList(i, c, ({every_app}) && !{mounts_shm}, c.name)"},
             {"name": "shmInit",
@@ -175,7 +191,8 @@ def _variables(rules: Rules, settings: ClassSettings) -> list[dict[str, str]]:
             {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
             {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {_format_bytes('b')})")},
         ]
-    return variables
+    return variables + [{**v, "expression": without_bind(v["expression"])}
+                        for v in placement_variables(rules, workload, settings)]
 
 
 def _when(condition: str, value: str) -> str:
@@ -222,18 +239,22 @@ def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
                             for k, v in values.items())
         # all present: an empty map, which the merge leaves as it is
         metadata.append(f"{kind}: {{{entries}}}")
-    if not spec and not metadata:
-        return []
-    parts = ([f"metadata: Object.metadata{{{', '.join(metadata)}}}"] if metadata else []) + \
-        ([f"spec: Object.spec{{{', '.join(spec)}}}"] if spec else [])
-    expression = f"Object{{{', '.join(parts)}}}"
-    mutations: list[dict[str, Any]] = [{"patchType": "ApplyConfiguration",
-                                        "applyConfiguration": {"expression": without_bind(expression)}}]
+    placing = [{**m, "jsonPatch": {"expression": without_bind(m["jsonPatch"]["expression"])}}
+               for m in placement_mutations(rules, settings)]
+    if not spec and not metadata and not placing:
+        return []  # the toleration policy of the set takes the class's pods
+    mutations: list[dict[str, Any]] = []
+    if spec or metadata:
+        parts = ([f"metadata: Object.metadata{{{', '.join(metadata)}}}"] if metadata else []) + \
+            ([f"spec: Object.spec{{{', '.join(spec)}}}"] if spec else [])
+        expression = f"Object{{{', '.join(parts)}}}"
+        mutations.append({"patchType": "ApplyConfiguration",
+                          "applyConfiguration": {"expression": without_bind(expression)}})
     if rules.mutation.gpu_tolerations:
         # every pod of the class, countable or not, as the toleration policy does; a JSON Patch, as an apply
         # configuration may not change an atomic list (the API server refuses it)
-        mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": TOLERATIONS_PATCH}})
-    return mutations
+        mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": FACTS_TOLERATIONS_PATCH}})
+    return mutations + placing
 
 
 def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[str, Any]] | None = None,
@@ -244,7 +265,7 @@ def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[s
     if not mutations:
         return []
     name = policy_name(workload)
-    policy = {
+    policy: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": name, "labels": LABELS},
         "spec": {
@@ -258,14 +279,19 @@ def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[s
             "matchConditions": [{"name": "names-its-class",
                                  "expression": f"object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}]"
                                                f".orValue('') == {cel_string(workload)}"}],
-            "variables": _variables(rules, settings),
+            "variables": _variables(rules, workload, settings),
             "mutations": mutations,
         },
     }
-    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+    binding: dict[str, Any] = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
                "metadata": {"name": name, "labels": LABELS},
                "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
                    "matchExpressions": [excluded_namespaces(), *(namespace_expressions or [])]}}}}
+    if reads_facts(rules, settings):
+        # the nodes' facts the server writes (`webhook.core.view.cluster_facts`); a policy whose parameter is not
+        # there (yet) is not run at all (parameterNotFoundAction), and the webhook then does all of it
+        policy["spec"]["paramKind"] = {"apiVersion": f"{FACTS_GROUP}/{FACTS_VERSION}", "kind": FACTS_KIND}
+        binding["spec"]["paramRef"] = {"name": FACTS, "namespace": NAMESPACE, "parameterNotFoundAction": "Allow"}
     return [policy, binding]
 
 
@@ -282,7 +308,9 @@ def policies(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = 
     unless = {"name": "names-no-native-class",
               "expression": f"!(object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}].orValue('') in "
                             f"{cel_list(taken)})"}
-    return [*found, *toleration_policy(rules, namespace_expressions, name=TOLERATIONS, unless=unless)]
+    # the parameter's kind; the server creates the object, and writes the nodes' facts to it
+    facts = [facts_crd()] if any(reads_facts(rules, s) for s in rules.classes.values()) else []
+    return [*facts, *found, *toleration_policy(rules, namespace_expressions, name=TOLERATIONS, unless=unless)]
 
 
 def native_set(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

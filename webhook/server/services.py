@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.cluster.claims import ClaimWatch
+from webhook.cluster.cluster_facts import FactsWriter
 from webhook.cluster.nodes import NodeWatch
 from webhook.cluster.priority_classes import PriorityClassWatch
 from webhook.cluster.queues import QueueWatch
@@ -52,6 +53,7 @@ class Services:
     claim_watch: ClaimWatch | None = None
     queue_watch: QueueWatch | None = None
     report_writer: ReportWriter | None = None
+    facts_writer: FactsWriter | None = None
     rules: Rules = field(init=False)
 
     def __post_init__(self) -> None:
@@ -139,7 +141,7 @@ class Services:
 
     def stop(self) -> None:
         for service in (self.rules_watch, self.priority_class_watch, self.node_watch, self.claim_watch,
-                        self.queue_watch, self.report_writer):
+                        self.queue_watch, self.report_writer, self.facts_writer):
             if service is not None:
                 service.stop()
 
@@ -201,8 +203,11 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
     services.rules_watch.last_error = file_error
     services.report_writer = ReportWriter(lambda: services.rules, interval=settings.reports_check_seconds,
                                           lock_dir=settings.metrics_dir, observer=observer)
+    if settings.facts_writer:
+        services.facts_writer = FactsWriter(lambda: services.rules, namespace=settings.namespace,
+                                            interval=settings.facts_check_seconds, lock_dir=settings.metrics_dir)
     for service in (services.rules_watch, services.priority_class_watch, node_watch, claim_watch, queue_watch,
-                    services.report_writer):
+                    services.report_writer, services.facts_writer):
         if service is not None:
             service.start()
     metrics = instruments()

@@ -1,0 +1,60 @@
+"""The nodes' facts as the data of the native policies' parameter: what placement reads off the nodes, worked out
+the way `webhook.core.placement` and `webhook.core.mutate` work it out, so that the policies' CEL only looks it up
+(tests/e2e/test_native.py holds the CEL to the webhook's answers with this data on a real API server)."""
+
+from __future__ import annotations
+
+import re
+
+from tests.support.clusters import eks_cluster, gb200_cluster, gke_cluster, with_nodes
+from webhook.core import placement
+from webhook.core.rules import Rules
+from webhook.core.view.cluster_facts import facts_data, toleration_text
+
+
+def test_no_node_watch_no_facts(rules: Rules) -> None:
+    assert facts_data(rules) == {}
+
+
+def test_gke_blocks_and_zones(rules: Rules) -> None:
+    data = facts_data(with_nodes(gke_cluster(), rules))
+    assert data["synced"] == "true"
+    # narrowest first, each with the GPUs of its largest domain: a host holds 8, a sub-block 16, a block 32
+    blocks = ("cloud.google.com/gce-topology-host=8,cloud.google.com/gce-topology-subblock=16,"
+              "cloud.google.com/gce-topology-block=32")
+    assert data["pack.h100-80g"] == data["pack"] == blocks
+    assert data["pack.l4-24g"] == ""  # the L4 nodes carry no level of the key set: the webhook does not pack
+    # the A3 nodes are all in one zone; the L4 nodes in two
+    assert data["spread.h100-80g"] == "kubernetes.io/hostname"
+    assert data["spread.l4-24g"] == "kubernetes.io/hostname,topology.kubernetes.io/zone"
+    assert data["tolerate.h100-80g"] == "nvidia.com/gpu|Exists||NoSchedule"
+
+
+def test_the_model_index_answers_as_find_model_does(rules: Rules) -> None:
+    in_force = with_nodes(gke_cluster(), rules)
+    data = facts_data(in_force)
+    names = {key.removeprefix("model."): value for key, value in data.items() if key.startswith("model.")}
+    assert names["nvidia-h100-mega-80gb"] == "h100-80g"  # the label value GKE's nodes carry
+    assert names["h100-80gb-hbm3"] == names["nvidia-h100-80gb-hbm3"] == "h100-80g"  # with or without nvidia-
+    checked = 0
+    for key, name in names.items():
+        model = in_force.find_model(key)
+        assert model is not None and model.name == name, key
+        checked += 1
+    assert checked > 100
+    assert all(re.fullmatch(r"[-._a-zA-Z0-9]+", key) for key in data)  # every key a ConfigMap can hold
+
+
+def test_each_target_of_placement_is_written(rules: Rules) -> None:
+    for cluster in (gke_cluster, eks_cluster, gb200_cluster):
+        in_force = with_nodes(cluster(), rules)
+        assert in_force.nodes is not None
+        data = facts_data(in_force)
+        for model, target in in_force.nodes.placement.items():
+            suffix = f".{model}" if model != placement.ALL_MODELS else ""
+            levels = [f"{level.key}={level.largest}" for level in placement.pack_candidates(target)]
+            assert data[f"pack{suffix}"].split(",") == (levels or [""])
+            assert data[f"tolerate{suffix}"] == ",".join(toleration_text(t)
+                                                        for t in placement.target_tolerations(target, in_force))
+    # the NVLink domain first: a GB200 job of one rack stays in its clique
+    assert facts_data(with_nodes(gb200_cluster(), rules))["pack"].startswith("nvidia.com/gpu.clique=72,")
