@@ -92,6 +92,7 @@ class FakeKubeAPI:
                     return self._status(404, "NotFound", "unknown path")
                 plural, namespace, name = match["plural"], match["ns"] or "", match["name"] or ""
                 if plural in api.unserved:
+                    self._body()  # read, so that the connection's next request starts where it should
                     return self._status(404, "NotFound", "the server could not find the requested resource")
                 if self.command == "GET" and not name:
                     failing = api.fail.pop(plural, None)

@@ -47,10 +47,19 @@ def in_force(rules: Rules) -> Rules:
 
 
 def test_nothing_is_written_where_the_native_set_is_not_installed(tmp_path: Path, in_force: Rules) -> None:
+    """And the API server is asked again only a minute later, not at every poll; then the kind served, created."""
+    clock = Clock()
     with FakeKubeAPI() as api:
         api.unserved.add(PLURAL)
-        assert writer(api, tmp_path, in_force, "a", Clock()).poll() == "no parameter kind"
+        facts = writer(api, tmp_path, in_force, "a", clock)
+        assert facts.poll() == "no parameter kind"
         assert not any(key[0] in (PLURAL, "leases") for key in api.objects)
+        asked = len(api.requests)
+        clock.now += 30
+        assert facts.poll() == "no parameter kind" and len(api.requests) == asked
+        api.unserved.clear()
+        clock.now += 31
+        assert facts.poll() == "created" and written(api)["data"] == facts_data(in_force)  # type: ignore[index]
 
 
 def test_created_empty_before_the_node_watch_has_synced_and_never_emptied(tmp_path: Path, rules: Rules,

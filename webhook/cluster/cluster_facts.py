@@ -5,7 +5,8 @@ that placement and the nodes' GPU taints need no webhook on the pod's path.
 What is written is `webhook.core.view.cluster_facts.facts_data` for the rules in force (the node watch's view in
 them), whenever it differs from what is there. The object is created (empty where no node is known: the policies
 then act as the webhook does with no node watch) where the cluster serves its kind, which the native component
-installs; where it does not, nothing is written and no Lease is taken. Facts not known yet (the node watch not
+installs; where it does not, nothing is written, no Lease is taken, and the kind is asked for again a minute later
+(not at every poll). Facts not known yet (the node watch not
 synced) never replace facts written before. One writer: among a server's workers, the one holding its lock file
 (`worker_lock`); among the Deployment's replicas, the holder of a Lease (`lease`). A problem (no RBAC, the API
 server away) is logged once and tried again at the next poll.
@@ -30,6 +31,7 @@ from .worker_lock import WorkerLock
 
 log = logging.getLogger("ai_admission")
 LOCK_FILE = "ai-admission-cluster-facts.lock"
+UNSERVED_RETRY_SECONDS = 60.0  # a cluster without the native set: asked once a minute, not at every poll
 
 
 class FactsWriter(Poller):
@@ -50,6 +52,8 @@ class FactsWriter(Poller):
         identity = identity or f"{socket.gethostname()}_{os.getpid()}"  # the pod's name, and which worker
         self._lease = Lease(namespace, NAME, identity, duration=max(3 * interval, 15.0), clock=clock)
         self._last_problem: str | None = None
+        self._clock = clock
+        self._unserved_until = float("-inf")  # the kind was not served: asked again only after a while
         self.last_outcome = "not run"
 
     def _problem(self, text: str | None) -> None:
@@ -66,6 +70,8 @@ class FactsWriter(Poller):
     def _poll(self) -> str:
         if not self._lock.held():
             return "another worker writes"
+        if self._clock() < self._unserved_until:
+            return "no parameter kind"
         data = facts_data(self._rules())
         try:
             if self._api is None:
@@ -91,7 +97,8 @@ class FactsWriter(Poller):
         try:
             kube.request(self._api, "POST", self.collection, body=param(self._namespace, data))
         except kube.KubeError as exc:
-            if exc.status == 404:  # the kind is not served: the native set is not installed
+            if exc.status == 404:  # the kind is not served: the native set is not installed (asked again in a minute)
+                self._unserved_until = self._clock() + UNSERVED_RETRY_SECONDS
                 return "no parameter kind"
             if exc.status == 409:  # another replica created it first
                 return "another replica writes"
