@@ -34,13 +34,18 @@ def test_a_class_policy_writes_what_the_class_sets_and_guards_every_write(rules:
         (policy, _) = native.class_policy(rules, workload)
         condition = policy["spec"]["matchConditions"][0]["expression"]
         assert f"'{names.WORKLOAD_TYPE}'" in condition and condition.endswith(f"== '{workload}'")
-        # one merge, not one per write; the atomic lists apart (tolerations, pod affinity), and the spread
-        (mutation, tolerations, *placing) = policy["spec"]["mutations"]
+        # one merge, not one per write; the atomic lists (tolerations, pod affinity) and the spread in one JSON Patch
+        # (each mutation costs the API server a conversion of the pod and back)
+        (mutation, patches) = policy["spec"]["mutations"]
         assert mutation["patchType"] == "ApplyConfiguration"  # no typed list in a JSON Patch
-        assert tolerations == {"patchType": "JSONPatch", "jsonPatch": {"expression": native_placement.TOLERATIONS_PATCH}}
+        assert patches["patchType"] == "JSONPatch"
+        joined = patches["jsonPatch"]["expression"]
+        tolerations = native_placement.TOLERATIONS_PATCH
+        assert joined == tolerations or joined.startswith(f"({tolerations}) + ("), workload
         plan = settings.mutate
-        assert len(placing) == (plan.pod_affinity is not None) + (plan.topology_spread is not None), workload
-        assert all(m["patchType"] == "JSONPatch" and "Object." not in m["jsonPatch"]["expression"] for m in placing)
+        assert ("/spec/affinity" in joined) == (plan.pod_affinity is not None), workload
+        assert ("/spec/topologySpreadConstraints" in joined) == (plan.topology_spread is not None), workload
+        assert "Object." not in joined.removeprefix(f"({tolerations})").removeprefix(tolerations)
         assert mutation["applyConfiguration"]["expression"].startswith("Object{")
         text = json.dumps(mutation)
         priority = settings.priority_class
@@ -77,7 +82,7 @@ def test_the_set_holds_the_classes_the_tolerations_for_the_rest_and_the_backstop
     assert unless["name"] == "names-no-native-class" and all(f"'{w}'" in unless["expression"] for w in rules.classes)
     for workload in rules.classes:
         mutations = policies[f"ai-admission-native-{workload}"]["spec"]["mutations"]
-        assert mutations[1]["jsonPatch"]["expression"] == native_placement.TOLERATIONS_PATCH
+        assert native_placement.TOLERATIONS_PATCH in mutations[1]["jsonPatch"]["expression"]
     # the kind of the parameter the policies read: the server creates the object and fills it
     (facts,) = [o for o in found if o["kind"] == "CustomResourceDefinition"]
     assert facts["spec"]["group"] == "ai-admission.io" and facts["spec"]["names"]["kind"] == "ClusterFacts"

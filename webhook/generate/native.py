@@ -64,7 +64,7 @@ from .backstop import (
 from .backstop import manifests as backstop_manifests
 from .match_conditions import cel_list, cel_string
 from .native_placement import TOLERATIONS_PATCH as FACTS_TOLERATIONS_PATCH
-from .native_placement import fact_variables, placement_mutations, placement_variables, places, reads_facts
+from .native_placement import fact_variables, placement_patches, placement_variables, places, reads_facts
 from .native_placement import toleration_variables as facts_tolerations
 from .webhooks import NAME as NAMESPACE
 from .webhooks import excluded_namespaces
@@ -239,8 +239,9 @@ def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
                             for k, v in values.items())
         # all present: an empty map, which the merge leaves as it is
         metadata.append(f"{kind}: {{{entries}}}")
-    placing = [{**m, "jsonPatch": {"expression": without_bind(m["jsonPatch"]["expression"])}}
-               for m in placement_mutations(rules, settings)]
+    patches = [*([FACTS_TOLERATIONS_PATCH] if rules.mutation.gpu_tolerations else []),
+               *(without_bind(p) for p in placement_patches(rules, settings))]
+    placing = len(patches) > bool(rules.mutation.gpu_tolerations)
     if not spec and not metadata and not placing:
         return []  # the toleration policy of the set takes the class's pods
     mutations: list[dict[str, Any]] = []
@@ -250,11 +251,13 @@ def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
         expression = f"Object{{{', '.join(parts)}}}"
         mutations.append({"patchType": "ApplyConfiguration",
                           "applyConfiguration": {"expression": without_bind(expression)}})
-    if rules.mutation.gpu_tolerations:
-        # every pod of the class, countable or not, as the toleration policy does; a JSON Patch, as an apply
-        # configuration may not change an atomic list (the API server refuses it)
-        mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": FACTS_TOLERATIONS_PATCH}})
-    return mutations + placing
+    if patches:
+        # the tolerations (every pod of the class, countable or not) and the placement: JSON Patch operations, as
+        # an apply configuration may not change an atomic list (the API server refuses it); one mutation for all
+        # (each mutation costs the API server a conversion of the pod and back)
+        expression = patches[0] if len(patches) == 1 else " + ".join(f"({p})" for p in patches)
+        mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
+    return mutations
 
 
 def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[str, Any]] | None = None,

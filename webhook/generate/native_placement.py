@@ -18,8 +18,10 @@ webhook, which runs after it and adds only what is still missing, places it:
 - ``packBy``: `webhook.core.placement.packing_key` over the facts' levels of the model's nodes;
 - ``spreadKeys``: the class's spread keys the pod does not spread over yet, that its nodes have two values of.
 
-The lists written are atomic (pod affinity) or keyed by two fields (spread constraints): both are JSON Patches whose
-values are plain maps, never typed objects inside a list (a v1.36 API server panicked on one).
+The lists written are atomic (pod affinity) or keyed by two fields (spread constraints): both are JSON Patch
+operations whose values are plain maps, never typed objects inside a list (a v1.36 API server panicked on one),
+and the class policy joins them to its tolerations' into one mutation (each mutation of a policy costs the API
+server a conversion of the pod and back).
 """
 
 from __future__ import annotations
@@ -238,10 +240,11 @@ def _same_term(term: str) -> str:
             f"!has({term}.namespaceSelector) && !has({term}.matchLabelKeys) && !has({term}.mismatchLabelKeys)")
 
 
-def placement_mutations(rules: Rules, settings: ClassSettings) -> list[dict[str, Any]]:
-    """The JSON Patches of the class's placement: the pod-affinity term, then the spread constraints."""
+def placement_patches(rules: Rules, settings: ClassSettings) -> list[str]:
+    """The JSON Patch expressions of the class's placement (each a list of operations): the pod-affinity term,
+    then the spread constraints."""
     plan = settings.mutate
-    found: list[dict[str, Any]] = []
+    found: list[str] = []
     if plan.pod_affinity is not None:
         affinity = plan.pod_affinity
         field = ("requiredDuringSchedulingIgnoredDuringExecution" if affinity.required
@@ -262,7 +265,7 @@ def placement_mutations(rules: Rules, settings: ClassSettings) -> list[dict[str,
                       f"!has(object.spec.affinity.podAffinity) ? {add(path + '/podAffinity', in_list)} : "
                       f"!has({listed}) ? {add(f'{path}/podAffinity/{field}', f'[{entry}]')} : "
                       f"{there} ? [] : {add(f'{path}/podAffinity/{field}/-', entry)}")
-        found.append({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
+        found.append(expression)
     if plan.topology_spread is not None:
         spread = plan.topology_spread
         constraint = _object(maxSkew=str(spread.max_skew), topologyKey="k",
@@ -272,5 +275,5 @@ def placement_mutations(rules: Rules, settings: ClassSettings) -> list[dict[str,
                       f"variables.spreadKeys.map(k, JSONPatch{{op: 'add', path: '/spec/topologySpreadConstraints/-', "
                       f"value: {constraint}}}) : [JSONPatch{{op: 'add', path: '/spec/topologySpreadConstraints', "
                       f"value: variables.spreadKeys.map(k, {constraint})}}]")
-        found.append({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
+        found.append(expression)
     return found
