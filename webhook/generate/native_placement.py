@@ -26,8 +26,6 @@ server a conversion of the pod and back).
 
 from __future__ import annotations
 
-from typing import Any
-
 from webhook.core import names
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view.cluster_facts import MODEL, PACK, SPREAD, SYNCED, TOLERATE
