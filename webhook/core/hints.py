@@ -15,8 +15,8 @@ from .podview import PodFacts
 from .quantity import QuantityError, parse_model_params, parse_quantity
 from .rules import WORKLOAD_CLASSES, Rules
 
-_TRUE = {"true", "yes", "1"}
-_FALSE = {"false", "no", "0"}
+TRUE_WORDS = frozenset({"true", "yes", "1"})  # how a yes/no annotation may say yes (the native policies read it too)
+FALSE_WORDS = frozenset({"false", "no", "0"})
 
 
 @dataclass
@@ -33,9 +33,9 @@ class Hints:
 
 def _bool(value: str, key: str, problems: list[Finding]) -> bool | None:
     text = value.strip().lower()
-    if text in _TRUE:
+    if text in TRUE_WORDS:
         return True
-    if text in _FALSE:
+    if text in FALSE_WORDS:
         return False
     problems.append(deny("invalid-annotation", f'annotation {key}: "{value}" is not "true" or "false"'))
     return None

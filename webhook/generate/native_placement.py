@@ -27,13 +27,13 @@ server a conversion of the pod and back).
 from __future__ import annotations
 
 from webhook.core import names
+from webhook.core.hints import FALSE_WORDS, TRUE_WORDS
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view.cluster_facts import MODEL, PACK, SPREAD, SYNCED, TOLERATE
 
 from .match_conditions import cel_string
 
 UNKNOWN = "'?'"  # a model CEL cannot name as the webhook does
-TRUE_WORDS, FALSE_WORDS = ["true", "yes", "1"], ["false", "no", "0"]  # `webhook.core.hints._bool`
 
 
 def places(settings: ClassSettings) -> bool:
@@ -145,7 +145,7 @@ def _multi_node(rules: Rules, workload: str) -> str:
                f"{_listed(sorted(rules.multi_node_replica_types))}")
     by_shape = f"variables.pods > 1 ? 1 : variables.pods < 0 ? -1 : {replica} ? 1 : 0"
     return (f"{note}.hasValue() ? cel.bind(mn, {note}.value().trim().lowerAscii(), "
-            f"mn in {_listed(TRUE_WORDS)} ? 1 : mn in {_listed(FALSE_WORDS)} ? 0 : -1) : ({by_shape})")
+            f"mn in {_listed(sorted(TRUE_WORDS))} ? 1 : mn in {_listed(sorted(FALSE_WORDS))} ? 0 : -1) : ({by_shape})")
 
 
 def _target(prefix: str) -> str:
