@@ -12,7 +12,7 @@ from pathlib import Path
 from webhook.core import names
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import NAME as FACTS
-from webhook.generate import native, native_placement
+from webhook.generate import backstop, native
 
 
 def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
@@ -40,7 +40,7 @@ def test_a_class_policy_writes_what_the_class_sets_and_guards_every_write(rules:
         assert mutation["patchType"] == "ApplyConfiguration"  # no typed list in a JSON Patch
         assert patches["patchType"] == "JSONPatch"
         joined = patches["jsonPatch"]["expression"]
-        tolerations = native_placement.TOLERATIONS_PATCH
+        tolerations = backstop.TOLERATIONS_PATCH
         assert joined == tolerations or joined.startswith(f"({tolerations}) + ("), workload
         plan = settings.mutate
         assert ("/spec/affinity" in joined) == (plan.pod_affinity is not None), workload
@@ -82,7 +82,7 @@ def test_the_set_holds_the_classes_the_tolerations_for_the_rest_and_the_backstop
     assert unless["name"] == "names-no-native-class" and all(f"'{w}'" in unless["expression"] for w in rules.classes)
     for workload in rules.classes:
         mutations = policies[f"ai-admission-native-{workload}"]["spec"]["mutations"]
-        assert native_placement.TOLERATIONS_PATCH in mutations[1]["jsonPatch"]["expression"]
+        assert backstop.TOLERATIONS_PATCH in mutations[1]["jsonPatch"]["expression"]
     # the kind of the parameter the policies read: the server creates the object and fills it
     (facts,) = [o for o in found if o["kind"] == "CustomResourceDefinition"]
     assert facts["spec"]["group"] == "ai-admission.io" and facts["spec"]["names"]["kind"] == "ClusterFacts"

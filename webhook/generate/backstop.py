@@ -871,27 +871,36 @@ def manifests(rules: Rules, namespace_expressions: list[dict[str, Any]] | None =
 TOLERATIONS = "ai-admission-gpu-tolerations"
 
 
-TOLERATION = "Object.spec.tolerations{key: n, operator: 'Exists', effect: 'NoSchedule'}"  # for each missing ``n``
-
-
-# the whole list again, with the missing ones added (``variables.missing``, `toleration_variables`)
+# the whole list again, with the missing ones added (``variables.missing``: each [key, operator, value, effect])
 TOLERATIONS_PATCH = ("size(variables.missing) == 0 ? [] : [JSONPatch{op: 'add', path: '/spec/tolerations', "
-                     f"value: object.spec.?tolerations.orValue([]) + variables.missing.map(n, {TOLERATION})}}]")
+                     "value: object.spec.?tolerations.orValue([]) + variables.missing.map(t, "
+                     "Object.spec.tolerations{key: t[0], operator: t[1], value: t[2], effect: t[3]})}]")
+
+
+def missing_tolerations(wanted: str) -> str:
+    """The tolerations of ``wanted`` (a CEL list of [key, operator, value, effect]) that no toleration of the pod
+    covers (`webhook.core.mutate._covers`)."""
+    covers = ("object.spec.?tolerations.orValue([]).exists(e, "
+              "(e.?effect.orValue('') == '' || e.?effect.orValue('') == w[3]) && "
+              "(e.?operator.orValue('') == 'Exists' ? (e.?key.orValue('') == '' || e.?key.orValue('') == w[0]) : "
+              "(e.?key.orValue('') == w[0] && e.?value.orValue('') == w[2] && w[1] == 'Equal')))")
+    return f"({wanted}).filter(w, !{covers})"
+
+
+# the toleration of each accelerator the pod asks for (``variables.asked``), as the webhook gives it with no node watch
+PER_ACCELERATOR = "variables.asked.map(n, [string(n), 'Exists', '', 'NoSchedule'])"
 
 
 def toleration_variables(rules: Rules) -> list[dict[str, str]]:
-    """``asked``: the accelerators the pod's containers ask for, each once; ``missing``: those no toleration of the
-    pod covers (`webhook.core.mutate._covers` for an ``Exists``/``NoSchedule`` toleration)."""
+    """``asked``: the accelerators the pod's containers ask for, each once; ``missing``: the ``Exists``/
+    ``NoSchedule`` toleration of each that no toleration of the pod covers (`missing_tolerations`)."""
     rule = Rule(rules)
     containers = "object.spec.containers + object.spec.?initContainers.orValue([])"
     # each container's accelerators, flattened through a string (names hold no comma) and each kept once
     names = (f"[dyn(({containers}).map(c, {rule.asked('c.?resources.orValue({})')}.join(',')).join(',')"
              f".split(','))].map(all, all.transformList(i, n, n != '' && all.indexOf(n) == i, n))[0]")
-    covers = ("object.spec.?tolerations.orValue([]).exists(t, "
-              "(!has(t.effect) || t.effect == '' || t.effect == 'NoSchedule') && "
-              "has(t.operator) && t.operator == 'Exists' && (!has(t.key) || t.key == '' || t.key == n))")
     return [{"name": "asked", "expression": without_bind(names)},
-            {"name": "missing", "expression": f"variables.asked.filter(n, !{covers})"}]
+            {"name": "missing", "expression": missing_tolerations(PER_ACCELERATOR)}]
 
 
 def toleration_policy(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None, *,

@@ -46,13 +46,11 @@ from typing import Any
 from webhook.core import names
 from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import ClassSettings, Rules
-from webhook.core.view.cluster_facts import GROUP as FACTS_GROUP
-from webhook.core.view.cluster_facts import KIND as FACTS_KIND
+from webhook.core.view import cluster_facts
 from webhook.core.view.cluster_facts import NAME as FACTS
-from webhook.core.view.cluster_facts import VERSION as FACTS_VERSION
-from webhook.core.view.cluster_facts import crd as facts_crd
 
 from .backstop import (
+    TOLERATIONS_PATCH,
     Rule,
     asked_names,
     quantity_text,
@@ -63,7 +61,6 @@ from .backstop import (
 )
 from .backstop import manifests as backstop_manifests
 from .match_conditions import cel_list, cel_string
-from .native_placement import TOLERATIONS_PATCH as FACTS_TOLERATIONS_PATCH
 from .native_placement import fact_variables, placement_patches, placement_variables, places, reads_facts
 from .native_placement import toleration_variables as facts_tolerations
 from .webhooks import NAME as NAMESPACE
@@ -148,13 +145,13 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
                                     f"size(object.spec.?resourceClaims.orValue([])) == 0{no_share_notes}")},
     ]
     if reads_facts(rules, settings):
-        variables += [{**v, "expression": without_bind(v["expression"])} for v in fact_variables(rules)]
+        variables += fact_variables(rules)
     if rules.mutation.gpu_tolerations:
         asked, _ = toleration_variables(rules)
         general = asked["expression"]
         variables += [{"name": "asked",
                        "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : {general}"},
-                      *[{**v, "expression": without_bind(v["expression"])} for v in facts_tolerations(rules)]]
+                      *facts_tolerations(rules)]
     shm = settings.mutate.shm
     if shm is not None or places(settings):
         variables += [
@@ -191,8 +188,7 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
             {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
             {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {_format_bytes('b')})")},
         ]
-    return variables + [{**v, "expression": without_bind(v["expression"])}
-                        for v in placement_variables(rules, workload, settings)]
+    return variables + placement_variables(rules, workload, settings)
 
 
 def _when(condition: str, value: str) -> str:
@@ -239,8 +235,7 @@ def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
                             for k, v in values.items())
         # all present: an empty map, which the merge leaves as it is
         metadata.append(f"{kind}: {{{entries}}}")
-    patches = [*([FACTS_TOLERATIONS_PATCH] if rules.mutation.gpu_tolerations else []),
-               *(without_bind(p) for p in placement_patches(rules, settings))]
+    patches = [*([TOLERATIONS_PATCH] if rules.mutation.gpu_tolerations else []), *placement_patches(rules, settings)]
     placing = len(patches) > bool(rules.mutation.gpu_tolerations)
     if not spec and not metadata and not placing:
         return []  # the toleration policy of the set takes the class's pods
@@ -293,7 +288,8 @@ def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[s
     if reads_facts(rules, settings):
         # the nodes' facts the server writes (`webhook.core.view.cluster_facts`); a policy whose parameter is not
         # there (yet) is not run at all (parameterNotFoundAction), and the webhook then does all of it
-        policy["spec"]["paramKind"] = {"apiVersion": f"{FACTS_GROUP}/{FACTS_VERSION}", "kind": FACTS_KIND}
+        policy["spec"]["paramKind"] = {"apiVersion": f"{cluster_facts.GROUP}/{cluster_facts.VERSION}",
+                                       "kind": cluster_facts.KIND}
         binding["spec"]["paramRef"] = {"name": FACTS, "namespace": NAMESPACE, "parameterNotFoundAction": "Allow"}
     return [policy, binding]
 
@@ -312,7 +308,7 @@ def policies(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = 
               "expression": f"!(object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}].orValue('') in "
                             f"{cel_list(taken)})"}
     # the parameter's kind; the server creates the object, and writes the nodes' facts to it
-    facts = [facts_crd()] if any(reads_facts(rules, s) for s in rules.classes.values()) else []
+    facts = [cluster_facts.crd()] if any(reads_facts(rules, s) for s in rules.classes.values()) else []
     return [*facts, *found, *toleration_policy(rules, namespace_expressions, name=TOLERATIONS, unless=unless)]
 
 

@@ -31,6 +31,7 @@ from webhook.core.hints import FALSE_WORDS, TRUE_WORDS
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view.cluster_facts import MODEL, PACK, SPREAD, SYNCED, TOLERATE
 
+from .backstop import PER_ACCELERATOR, missing_tolerations, without_bind
 from .match_conditions import cel_string
 
 UNKNOWN = "'?'"  # a model CEL cannot name as the webhook does
@@ -48,30 +49,24 @@ def reads_facts(rules: Rules, settings: ClassSettings) -> bool:
 
 def fact_variables(rules: Rules) -> list[dict[str, str]]:
     """``facts`` (the parameter's data), ``synced`` (the server wrote the nodes' facts), ``model``."""
-    return [{"name": "facts", "expression": "params.?data.orValue({})"},
-            {"name": "synced", "expression": f"{cel_string(SYNCED)} in variables.facts"},
-            {"name": "model", "expression": _model(rules)}]
+    return _unbound([{"name": "facts", "expression": "params.?data.orValue({})"},
+                     {"name": "synced", "expression": f"{cel_string(SYNCED)} in variables.facts"},
+                     {"name": "model", "expression": _model(rules)}])
 
 
 def toleration_variables(rules: Rules) -> list[dict[str, str]]:
-    """``missing``: the tolerations the pod lacks (`webhook.core.mutate.add_tolerations` and `_covers`), each as
-    [key, operator, value, effect]. With the nodes' facts, those of the taints its model's nodes carry (a pod CEL
-    cannot read as the webhook does: none, the webhook adds them); with none, one ``Exists`` per accelerator it
-    asks for (``variables.asked``), as the webhook does with no node watch."""
+    """``missing``: the tolerations the pod lacks (`webhook.core.mutate.add_tolerations`). With the nodes' facts,
+    those of the taints its model's nodes carry (a pod CEL cannot read as the webhook does: none, the webhook adds
+    them); with none, one ``Exists`` per accelerator it asks for, as the webhook does with no node watch."""
     from_facts = (f"(variables.countable && variables.model != '?' ? {_target(TOLERATE)}.split(',')"
                   ".filter(t, t != '').map(t, t.split('|')) : [])")
-    wanted = f"variables.synced ? {from_facts} : variables.asked.map(n, [string(n), 'Exists', '', 'NoSchedule'])"
-    covers = ("object.spec.?tolerations.orValue([]).exists(e, "
-              "(e.?effect.orValue('') == '' || e.?effect.orValue('') == w[3]) && "
-              "(e.?operator.orValue('') == 'Exists' ? (e.?key.orValue('') == '' || e.?key.orValue('') == w[0]) : "
-              "(e.?key.orValue('') == w[0] && e.?value.orValue('') == w[2] && w[1] == 'Equal')))")
-    return [{"name": "missing", "expression": f"({wanted}).filter(w, !{covers})"}]
+    return _unbound([{"name": "missing",
+                      "expression": missing_tolerations(f"variables.synced ? {from_facts} : {PER_ACCELERATOR}")}])
 
 
-# the whole list again, with the missing ones added (an atomic list: a JSON Patch)
-TOLERATIONS_PATCH = ("size(variables.missing) == 0 ? [] : [JSONPatch{op: 'add', path: '/spec/tolerations', "
-                     "value: object.spec.?tolerations.orValue([]) + variables.missing.map(t, "
-                     "Object.spec.tolerations{key: t[0], operator: t[1], value: t[2], effect: t[3]})}]")
+def _unbound(variables: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The variables as the admission environment takes them (`backstop.without_bind`)."""
+    return [{**v, "expression": without_bind(v["expression"])} for v in variables]
 
 
 def _listed(texts: tuple[str, ...] | list[str]) -> str:
@@ -217,7 +212,7 @@ def placement_variables(rules: Rules, workload: str, settings: ClassSettings) ->
                            f"{_listed(spread.topology_keys)}.filter(k, !(k in pk) && (!variables.synced || k in ok))))"
                            f" : []"},
         ]
-    return found
+    return _unbound(found)
 
 
 def _object(**fields: str) -> str:
@@ -274,4 +269,4 @@ def placement_patches(rules: Rules, settings: ClassSettings) -> list[str]:
                       f"value: {constraint}}}) : [JSONPatch{{op: 'add', path: '/spec/topologySpreadConstraints', "
                       f"value: variables.spreadKeys.map(k, {constraint})}}]")
         found.append(expression)
-    return found
+    return [without_bind(patch) for patch in found]

@@ -32,17 +32,13 @@ import re
 from typing import Any, Mapping
 
 from webhook.core import placement
-from webhook.core.rules import Rules, normalize_model_name
+from webhook.core.rules import Rules
 
 NAME = "ai-admission-cluster-facts"
 GROUP, VERSION, KIND, PLURAL = "ai-admission.io", "v1alpha1", "ClusterFacts", "clusterfacts"
 SYNCED = "synced"
 MODEL, PACK, SPREAD, TOLERATE = "model.", "pack", "spread", "tolerate"
 _KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # keys as a ConfigMap's: plain to read and to look up
-
-
-def model_key(name: str) -> str:
-    return MODEL + normalize_model_name(name)
 
 
 def target_key(prefix: str, model: str) -> str:
