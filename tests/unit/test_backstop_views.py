@@ -52,6 +52,9 @@ def accelerators(spec: Any) -> frozenset[str]:
 
 def views(obj: dict[str, Any]) -> list[dict[str, Any]]:
     group, kind = group_of(str(obj["apiVersion"])), str(obj["kind"])
+    if (group, kind) == backstop.EXPERIMENT:
+        pytest.skip("the policy reads an Experiment's trial through the trial's own kind, in two-variable "
+                    "comprehensions: tests/e2e/test_backstop.py runs it")
     expression = backstop.Cel(RULES).kind_views(group, kind, "object")
     assert expression is not None
     try:

@@ -351,6 +351,8 @@ def _train_job(cel: Cel, o: str, prefix: str) -> str:
                           _spec(containers)) + "]"
 
 
+# A Katib Experiment is read through its trial spec, as the object of the trial's own kind, by that kind's
+# variable of the policy (`_template_variables`); no reader of its own.
 EXPERIMENT = ("kubeflow.org", "Experiment")
 TRIAL_PREFIX = "spec.trialTemplate.trialSpec."
 
@@ -366,26 +368,8 @@ def _group(tr: str) -> str:
             "av.substring(0, av.lastIndexOf('/')) : '')")
 
 
-def _experiment(cel: Cel, o: str, prefix: str) -> str:
-    """A Katib Experiment: its trial spec read as the object of its own kind (one the policy can read). The policy
-    itself reads trials through its per-kind variables (`_template_variables`); this whole reader is for one
-    object (tests/unit/test_backstop_views.py)."""
-    inner = "[]"
-    for (group, kind), _ in sorted(KINDS.items(), reverse=True):
-        if (group, kind) == EXPERIMENT:
-            continue
-        views = cel.kind_views(group, kind, "tr", prefix + TRIAL_PREFIX)
-        if views is None:
-            continue
-        test = f"tg == {cel_string(group)} && tk == {cel_string(kind)}"
-        inner = f"({test} ? ({views}) : {inner})"
-    return (f"cel.bind(tr, {_trial(o)}, size(tr) > 0 ? cel.bind(tg, {_group('tr')}, "
-            f"cel.bind(tk, tr.?kind.orValue(''), {inner})) : [])")
-
-
 EXPANDED: dict[tuple[str, str], Callable[[Cel, str, str], str]] = {
     ("trainer.kubeflow.org", "TrainJob"): _train_job,
-    ("kubeflow.org", "Experiment"): _experiment,
 }
 
 
@@ -733,8 +717,9 @@ def _view_variables(cel: Cel, scope: str | None) -> list[dict[str, str]]:
 
 
 def readable_kinds() -> list[tuple[str, str]]:
-    """(group, kind) of the kinds whose templates the policy reads (the others are left to the webhook)."""
-    return [key for key in KINDS if key in EXPANDED or KINDS[key].sites]
+    """(group, kind) of the kinds whose templates the policy reads (the others are left to the webhook); an
+    Experiment's, through its trial's kind."""
+    return [key for key in KINDS if key == EXPERIMENT or key in EXPANDED or KINDS[key].sites]
 
 
 def _resource_rules(scope: str | None = None) -> list[dict[str, Any]]:
