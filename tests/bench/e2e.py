@@ -167,8 +167,8 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     served, as the server creates it), and time, from the moment the apply returned, until the API server acts on
     each kind of policy; the namespace and the seconds per policy."""
     from tests.support.clusters import gke_cluster, with_nodes
-    from tests.support.e2e_install import BARE_JOB, BARE_POD
-    from webhook.core.view.cluster_facts import GROUP, PLURAL, facts_data, param
+    from tests.support.e2e_install import BARE_JOB, BARE_POD, facts_installed
+    from webhook.core.view.cluster_facts import facts_data
     from webhook.generate import backstop, native, webhooks
 
     namespace = plane.create_namespace(namespace_name("bench-native"), {ROUTE_LABEL: "native", NATIVE_LABEL: "true"})
@@ -179,11 +179,7 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     applied = time.monotonic()
     # the parameter as the server writes it once its kind is served, with what a node watch on GKE-like nodes learns:
     # the class policies then do all their work (placement and the nodes' taints looked up)
-    done = plane.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
-    assert done.returncode == 0, done.stderr
-    facts = param(webhooks.NAME, facts_data(with_nodes(gke_cluster(), rules)))
-    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(facts))
-    assert done.returncode == 0, done.stderr
+    facts_installed(plane, facts_data(with_nodes(gke_cluster(), rules)))
     profiled = copy.deepcopy(BURST_POD)
     unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
     del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]

@@ -25,12 +25,20 @@ from tests.conftest import ROOT, start_server, stop_server
 from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named
 from tests.support.clusters import gke_cluster, with_nodes
 from tests.support.control_plane import ControlPlane, namespace_name
-from tests.support.e2e_install import BARE_POD, PROFILED_POD, ROUTE_LABEL, install, route_labels, uninstall
+from tests.support.e2e_install import (
+    BARE_POD,
+    PROFILED_POD,
+    ROUTE_LABEL,
+    facts_installed,
+    install,
+    route_labels,
+    uninstall,
+)
 from tests.support.fixtures import POD_CASES
 from webhook.core import names
 from webhook.core.admission import mutate_verdict
 from webhook.core.rules import Rules
-from webhook.core.view.cluster_facts import GROUP, PLURAL, facts_data, param
+from webhook.core.view.cluster_facts import PLURAL, facts_data, param
 from webhook.core.workloads.kinds import templates_of
 from webhook.generate import backstop, native, webhooks
 from webhook.generate.webhooks import priority_classes
@@ -148,16 +156,6 @@ def native_installed(control_plane: ControlPlane, rules: Rules) -> Iterator[str]
     control_plane.kubectl("delete", "--ignore-not-found", *[f"{o['kind'].lower()}/{o['metadata']['name']}"
                                                             for o in objects if "AdmissionPolicy" in o["kind"]])
     control_plane.kubectl("delete", "--ignore-not-found", "-n", webhooks.NAME, f"{PLURAL}/{native.FACTS}")
-
-
-def facts_installed(plane: ControlPlane) -> None:
-    """The parameter as the server creates it before it knows any node (its kind established first), in its
-    namespace."""
-    done = plane.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
-    assert done.returncode == 0, done.stderr
-    home = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": webhooks.NAME}}
-    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([home, param(webhooks.NAME)]))
-    assert done.returncode == 0, done.stderr
 
 
 def natively(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> dict[str, Any] | None:

@@ -146,3 +146,16 @@ def wait_until_active(plane: ControlPlane, namespace: str, *, seconds: float = W
         time.sleep(0.1)
     raise RuntimeError(f"webhooks not active in namespace {namespace} after {seconds} s "
                        f"(mutating: {mutated}, validating: {denied}); last kubectl stderr: {last}")
+
+
+def facts_installed(plane: ControlPlane, data: dict[str, str] | None = None) -> None:
+    """The native policies' parameter as the server writes it, once its kind (installed with the native set) is
+    established, in the server's namespace: empty, as before any node is known, or with ``data``."""
+    from webhook.core.view.cluster_facts import GROUP, PLURAL, param
+    from webhook.generate.webhooks import NAME as HOME
+
+    done = plane.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+    assert done.returncode == 0, done.stderr
+    home = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOME}}
+    done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([home, param(HOME, data)]))
+    assert done.returncode == 0, done.stderr
