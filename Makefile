@@ -30,6 +30,7 @@ generated: $(STAMP)
 	$(BIN)/ai-admission manifests policy >manifests/components/backstop/policy.yaml
 	$(BIN)/ai-admission manifests tolerations >manifests/components/backstop-tolerations/tolerations.yaml
 	$(BIN)/ai-admission manifests native >manifests/components/native/native.yaml
+	$(BIN)/ai-admission manifests native-webhooks >manifests/components/native/webhooks.yaml
 	$(BIN)/ai-admission manifests dashboard >manifests/components/prometheus/dashboard.json
 	$(BIN)/ai-admission manifests prometheusrule >manifests/components/prometheus/prometheusrule.yaml
 	$(BIN)/ai-admission manifests servicemonitor >manifests/components/prometheus/servicemonitor.yaml

@@ -131,10 +131,11 @@ def measure(plane: ControlPlane, subject: Subject, pods: list[dict[str, Any]], *
 
 
 def register(plane: ControlPlane, *, name: str, url: str, ca_pem: bytes, rules: Any,
-             labels: dict[str, str] | None = None) -> str:
-    """Register ``url`` as the two webhooks for a namespace of its own; the namespace."""
+             labels: dict[str, str] | None = None, native: bool = False) -> str:
+    """Register ``url`` as the two webhooks for a namespace of its own (``native``: with the native component's
+    condition, as the native overlay ships them); the namespace."""
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
-        routed_configurations(url=url, ca_pem=ca_pem, rules=rules, route=name)))
+        routed_configurations(url=url, ca_pem=ca_pem, rules=rules, route=name, native=native)))
     return plane.create_namespace(namespace_name(f"bench-{name}"), {ROUTE_LABEL: name, **(labels or {})})
 
 
@@ -166,7 +167,7 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     """Apply the native set (bound to a namespace of its own, created first) and its parameter (once its kind is
     served, as the server creates it), and time, from the moment the apply returned, until the API server acts on
     each kind of policy; the namespace and the seconds per policy."""
-    from tests.support.clusters import gke_cluster, with_nodes
+    from tests.support.clusters import a100_cluster, with_nodes
     from tests.support.e2e_install import BARE_JOB, BARE_POD, facts_installed
     from webhook.core.view.cluster_facts import facts_data
     from webhook.generate import backstop, native, webhooks
@@ -177,9 +178,11 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([home, *objects]))
     assert done.returncode == 0, done.stderr
     applied = time.monotonic()
-    # the parameter as the server writes it once its kind is served, with what a node watch on GKE-like nodes learns:
-    # the class policies then do all their work (placement and the nodes' taints looked up)
-    facts_installed(plane, facts_data(with_nodes(gke_cluster(), rules)))
+    # the parameter as the server writes it once its kind is served, with what a node watch learns on GKE-like nodes
+    # and A100 nodes (the burst pod's model): the class policies then do all their work (placement and the nodes'
+    # taints looked up, and the common pod judged whole, which the webhooks registered with the native component's
+    # condition then never see)
+    facts_installed(plane, facts_data(with_nodes(a100_cluster(), rules)))
     profiled = copy.deepcopy(BURST_POD)
     unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
     del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]
@@ -282,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         subjects.append(Subject(NATIVE, native_namespace))
         subjects.append(Subject(ONE_LABEL_POLICY, one_label_policy(plane)))
         subjects.append(Subject(BOTH, register(plane, name="both", url=ours.url, ca_pem=ca_pem, rules=rules,
-                                               labels={NATIVE_LABEL: "true"}),
+                                               labels={NATIVE_LABEL: "true"}, native=True),
                                 metrics_url=ours.url + "/metrics", ca=str(tls / "ca.crt")))
         if args.without_cache:  # the same server with the decision cache off, measured in the same turns
             with _environment(AI_ADMISSION_DECISION_CACHE="0"):

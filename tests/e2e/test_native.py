@@ -15,7 +15,7 @@ import copy
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jsonpatch
 import pytest
@@ -23,7 +23,7 @@ import yaml
 
 from tests.conftest import ROOT, start_server, stop_server
 from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named
-from tests.support.clusters import gke_cluster, with_nodes
+from tests.support.clusters import a100_cluster, gke_cluster, with_nodes
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.e2e_install import (
     BARE_POD,
@@ -35,12 +35,13 @@ from tests.support.e2e_install import (
     uninstall,
 )
 from tests.support.fixtures import POD_CASES
+from tests.support.metrics import metric
 from webhook.core import names
-from webhook.core.admission import mutate_verdict
+from webhook.core.admission import judge_pod, mutate_verdict
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import PLURAL, facts_data, param
 from webhook.core.workloads.kinds import templates_of
-from webhook.generate import backstop, native, webhooks
+from webhook.generate import backstop, native, native_record, webhooks
 from webhook.generate.webhooks import priority_classes
 
 pytestmark = [pytest.mark.e2e]
@@ -315,21 +316,29 @@ def pack_key(pod: dict[str, Any] | None) -> str | None:
     return terms[-1]["podAffinityTerm"]["topologyKey"] if terms else None
 
 
-@pytest.fixture
-def gke_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Rules]:
-    """The facts of GKE's nodes in the parameter (as the server writes them while its node watch sees them);
-    the rules in force with those nodes, for the webhook's side. The empty parameter again afterwards."""
-    in_force = with_nodes(gke_cluster(), rules)
-    facts_replaced(control_plane, facts_data(in_force))
-    probe = PLACED["two-by-eight"][0]
-    deadline = time.monotonic() + 30  # the API server's parameter informer sees the change a moment later
-    while pack_key(natively(control_plane, native_installed, probe)) is None:
+def facts_in_place(plane: ControlPlane, namespace: str, nodes: list[dict[str, Any]], rules: Rules,
+                   probe: dict[str, Any], shows: Callable[[dict[str, Any] | None], bool]) -> Iterator[Rules]:
+    """The facts of ``nodes`` in the parameter (as the server writes them while its node watch sees them), once
+    the policies act on them (``shows`` holds of ``probe`` as they make it: the API server's parameter informer sees
+    a change a moment later); the rules in force with those nodes, for the webhook's side. The empty parameter again
+    afterwards."""
+    in_force = with_nodes(nodes, rules)
+    facts_replaced(plane, facts_data(in_force))
+    deadline = time.monotonic() + 30
+    while not shows(natively(plane, namespace, probe)):
         assert time.monotonic() < deadline, "the policies do not read the new facts"
         time.sleep(0.2)
     yield in_force
-    facts_replaced(control_plane, {})
-    while pack_key(natively(control_plane, native_installed, probe)) is not None:
+    facts_replaced(plane, {})
+    while shows(natively(plane, namespace, probe)):
         time.sleep(0.2)
+
+
+@pytest.fixture
+def gke_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Rules]:
+    """GKE's nodes: A3 Mega blocks and sub-blocks, L4 nodes in two zones."""
+    yield from facts_in_place(control_plane, native_installed, gke_cluster(), rules, PLACED["two-by-eight"][0],
+                              lambda pod: pack_key(pod) is not None)
 
 
 def test_the_nodes_facts_pack_jobs_and_spread_replicas_as_the_webhook_does(
@@ -389,6 +398,123 @@ def test_with_the_webhook_too_the_pod_is_the_webhooks_alone(control_plane: Contr
             assert {k: v for k, v in by_both["metadata"]["annotations"].items()} == \
                 by_webhook["metadata"]["annotations"], name
             assert by_both["metadata"].get("labels") == by_webhook["metadata"].get("labels"), name
+    finally:
+        uninstall(control_plane, route)
+        stop_server(server)
+
+
+# -- the pod judged whole natively: no call to the webhook ---------------------------------------------------------
+
+def record_of(pod: dict[str, Any] | None) -> str | None:
+    return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(names.PROFILE)
+
+
+def webhook_says(pod: dict[str, Any], namespace: str, rules: Rules) -> tuple[list[Any], list[str], list[str]]:
+    """What the webhook would add to ``pod`` and say of it: its patch, its mutation's warnings, its validation's
+    findings (denials and warnings)."""
+    mutation = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny", namespace=namespace)
+    verdict = judge_pod(copy.deepcopy(pod), rules=rules, mode="deny", namespace=namespace, subject="pod")
+    return list(mutation.patch), list(mutation.warnings), [f.code for f in verdict.findings]
+
+
+@pytest.fixture
+def a100_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Rules]:
+    """Nodes that have the course example's model (A100 80GB in two zones), beside GKE's."""
+    yield from facts_in_place(control_plane, native_installed, a100_cluster(), rules, PROFILED_POD,
+                              lambda pod: record_of(pod) is not None)
+
+
+def test_the_profiled_pods_are_judged_whole_natively(control_plane: ControlPlane, native_installed: str,
+                                                    a100_facts: Rules) -> None:
+    """With the nodes' facts, the profiled training and inference pods get the record the webhook writes, and the
+    webhook would add nothing to them and find nothing to say: the common pod needs no call to it."""
+    for name in ("train", "serve"):
+        made = natively(control_plane, native_installed, PROFILED[name])
+        assert made is not None, name
+        sent = for_apiserver(PROFILED[name], native_installed)
+        written = {op["path"]: op["value"] for op in mutate_verdict(sent, rules=a100_facts, mode="deny").patch}
+        assert record_of(made) == written["/metadata/annotations/ai-admission.io~1profile"], name
+        assert webhook_says(made, native_installed, a100_facts) == ([], [], []), name
+
+
+def test_every_pod_judged_natively_is_one_the_webhook_would_leave_as_it_is(
+        control_plane: ControlPlane, native_installed: str, a100_facts: Rules) -> None:
+    """Over the fixture pods and the published manifests' pods (each naming its class, and, where it names none,
+    the course example's model and memory the way it does: by nodeSelector and annotation): a pod the policies
+    judge whole is one the webhook would add nothing to and find nothing in; every other pod carries no record."""
+    pods = [(case.name, case.pod) for case in POD_CASES]
+    if (PUBLISHED / "SOURCES.md").is_file():
+        for name, pod in published_pods(a100_facts):
+            notes = pod["metadata"]["annotations"]
+            if notes.get(names.GPU_MODEL) == "a100-80g":  # the filler: named as the course example names it
+                del notes[names.GPU_MODEL]
+                pod["spec"].setdefault("nodeSelector", {"gpu-type": "a100-80g"})
+            pods.append((name, pod))
+    judged, other = [], []
+    for name, original in pods:
+        pod = with_class(original, a100_facts)
+        made = natively(control_plane, native_installed, pod) if pod is not None else None
+        if made is None:
+            continue
+        if record_of(made) is None:
+            other.append(name)
+            continue
+        judged.append(name)
+        assert webhook_says(made, native_installed, a100_facts) == ([], [], []), name
+    print(f"\njudged whole natively: {len(judged)}; left to the webhook: {len(other)}")
+    assert len(judged) >= 5, (judged, other)
+
+
+def test_a_mark_the_pod_came_with_never_keeps_it_from_the_webhooks(control_plane: ControlPlane,
+                                                                    native_installed: str, a100_facts: Rules) -> None:
+    """The mark of a native judgement written by hand on a pod the policy does not judge (its model named by
+    annotation: the webhook pins it) is removed, so the webhooks' condition still sends the pod to them; on a pod
+    it judges, it is the policy's own."""
+    forged = copy.deepcopy(PROFILED["train"])
+    forged["metadata"]["annotations"][names.JUDGED_BY] = "by-hand"
+    judged = natively(control_plane, native_installed, forged)
+    assert judged is not None and judged["metadata"]["annotations"][names.JUDGED_BY] == native_record.JUDGE
+    del forged["spec"]["nodeSelector"]
+    forged["metadata"]["annotations"][names.GPU_MODEL] = "a100-80g"
+    left = natively(control_plane, native_installed, forged)
+    assert left is not None and names.JUDGED_BY not in left["metadata"]["annotations"], left["metadata"]
+    assert record_of(left) is None
+
+
+def test_with_the_webhook_too_a_pod_judged_natively_costs_it_no_call(
+        control_plane: ControlPlane, native_installed: str, plain: str, a100_facts: Rules, rules: Rules,
+        tmp_path: Path) -> None:
+    """The webhooks registered with the native component's condition: the profiled pods are admitted as the
+    webhook alone admits them on those nodes, and neither webhook is called; a pod the policies leave is sent."""
+    route = "native-judged"
+    server = start_server(tmp_path)
+    try:
+        install(control_plane, url=server.url, ca=Path(server.ca), rules=rules, route=route, native=True)
+        both = control_plane.create_namespace(namespace_name("judged"), {**route_labels(route), NATIVE: "true"})
+
+        def calls() -> float:
+            time.sleep(0.5)  # counts reach the shared files in batches
+            return metric(server.get("/metrics").text, "ai_admission_requests_total", kind="Pod", operation="CREATE")
+
+        before = calls()
+        for name in ("train", "serve"):
+            made = natively(control_plane, both, PROFILED[name])
+            sent = for_apiserver(PROFILED[name], both)
+            alone = natively(control_plane, plain, webhooks_pod(sent, a100_facts))
+            assert made is not None and alone is not None, name
+            for pod in (made, alone):  # the webhook's patch was applied before the API server's own tolerations
+                pod["spec"]["tolerations"].sort(key=str)
+            assert made["spec"] == alone["spec"], name
+            assert made["metadata"]["annotations"].pop(names.JUDGED_BY) == native_record.JUDGE, name
+            assert made["metadata"]["annotations"] == alone["metadata"]["annotations"], name
+            assert made["metadata"].get("labels") == alone["metadata"].get("labels"), name
+        assert calls() == before
+        left = copy.deepcopy(PROFILED["train"])
+        del left["spec"]["nodeSelector"]
+        left["metadata"]["annotations"][names.GPU_MODEL] = "a100-80g"  # the webhook pins it: not judged natively
+        made = natively(control_plane, both, left)
+        assert made is not None and made["spec"]["nodeSelector"] == {"gpu-type": "a100-80g"}, made
+        assert calls() == before + 2  # /mutate and /validate
     finally:
         uninstall(control_plane, route)
         stop_server(server)

@@ -25,6 +25,7 @@ from webhook.core.view.node_facts import DiscoveredCatalog
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 L4 = "NVIDIA-L4"
+A100 = "NVIDIA-A100-SXM4-80GB"
 GB200 = "NVIDIA-GB200"
 GKE_ZONE = "us-central1-a"
 
@@ -68,6 +69,17 @@ def gke_cluster() -> list[dict[str, Any]]:
     a3 = [gke_a3(f"a3-{i}", f"block-{(i - 1) // 4 + 1}", f"subblock-{(i - 1) // 2 + 1}") for i in range(1, 9)]
     g2 = [gke_g2(f"g2-{i}", ("us-central1-a", "us-central1-b")[i % 2]) for i in range(1, 5)]
     return a3 + g2
+
+
+def a100(name: str, zone: str) -> dict[str, Any]:
+    """An A100 80GB node labelled as the course example selects it (``gpu-type``), tainted as GKE taints GPUs."""
+    return node(name, A100, gpus=8, memory_mib=81920, taints=GPU_PRESENT, labels={
+        "gpu-type": "a100-80g", "topology.kubernetes.io/zone": zone})
+
+
+def a100_cluster() -> list[dict[str, Any]]:
+    """GKE's nodes, and four A100 nodes in two zones: the model of the course example, present."""
+    return gke_cluster() + [a100(f"a100-{i}", ("us-central1-a", "us-central1-b")[i % 2]) for i in range(1, 5)]
 
 
 def eks_p5(name: str, layer1: str, layer2: str, layer3: str, zone: str = "us-east-1a") -> dict[str, Any]:

@@ -29,6 +29,7 @@ import yaml
 
 from tests.support.control_plane import ControlPlane, namespace_name
 from webhook.core.rules import Rules
+from webhook.generate.native import webhook_patch as native_patch
 from webhook.generate.webhooks import NAME, priority_classes, webhook_configurations
 
 ROUTE_LABEL = "e2e.ai-admission.io/route"
@@ -81,9 +82,11 @@ def _route_expression(route: str | None) -> dict[str, Any]:
     return {"key": ROUTE_LABEL, "operator": "In", "values": [route]}
 
 
-def routed_configurations(*, url: str, ca_pem: bytes, rules: Rules,
-                          route: str | None = None) -> list[dict[str, Any]]:
-    """The generated webhook configurations, calling ``url`` and selecting only ``route``'s namespaces."""
+def routed_configurations(*, url: str, ca_pem: bytes, rules: Rules, route: str | None = None,
+                          native: bool = False) -> list[dict[str, Any]]:
+    """The generated webhook configurations, calling ``url`` and selecting only ``route``'s namespaces; ``native``:
+    with the native component's condition too (`webhook.generate.native.webhook_patch`)."""
+    patched = {w["name"]: w["matchConditions"] for c in native_patch(rules) for w in c["webhooks"]} if native else {}
     ca_bundle = base64.b64encode(ca_pem).decode()
     result = []
     for generated in webhook_configurations(rules):
@@ -93,6 +96,8 @@ def routed_configurations(*, url: str, ca_pem: bytes, rules: Rules,
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": ca_bundle}
             hook["namespaceSelector"]["matchExpressions"].append(_route_expression(route))
+            if hook["name"] in patched:
+                hook["matchConditions"] = patched[hook["name"]]
         result.append(configuration)
     return result
 
@@ -103,7 +108,8 @@ def _apply(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
         raise RuntimeError(f"kubectl apply failed: {done.stderr}")
 
 
-def install(plane: ControlPlane, *, url: str, ca: Path, rules: Rules, route: str | None = None) -> None:
+def install(plane: ControlPlane, *, url: str, ca: Path, rules: Rules, route: str | None = None,
+            native: bool = False) -> None:
     """Apply the PriorityClasses and the routed webhook configurations, and wait until both webhooks act.
 
     The PriorityClasses come first: the mutation sets them, and the Priority plugin refuses a pod whose class
@@ -112,7 +118,7 @@ def install(plane: ControlPlane, *, url: str, ca: Path, rules: Rules, route: str
     in a namespace of the route, nothing stored).
     """
     _apply(plane, priority_classes(rules))
-    _apply(plane, routed_configurations(url=url, ca_pem=ca.read_bytes(), rules=rules, route=route))
+    _apply(plane, routed_configurations(url=url, ca_pem=ca.read_bytes(), rules=rules, route=route, native=native))
     probe = plane.create_namespace(namespace_name(f"probe-{route or 'session'}"), route_labels(route))
     wait_until_active(plane, probe)
 

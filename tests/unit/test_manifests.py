@@ -50,7 +50,8 @@ def test_every_rendered_object_is_valid(path: str) -> None:
                                           ("webhooks", "base/webhooks.yaml"),
                                           ("policy", "components/backstop/policy.yaml"),
                                           ("tolerations", "components/backstop-tolerations/tolerations.yaml"),
-                                          ("native", "components/native/native.yaml")])
+                                          ("native", "components/native/native.yaml"),
+                                          ("native-webhooks", "components/native/webhooks.yaml")])
 def test_generated_manifests_are_current(command: str, path: str) -> None:
     done = subprocess.run([CLI, "manifests", command], cwd=ROOT, capture_output=True, text=True, timeout=60)
     committed = (ROOT / "manifests" / path).read_text()

@@ -5,14 +5,13 @@ expressions build typed objects, which no CEL evaluator outside the API server k
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 from webhook.core import names
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import NAME as FACTS
-from webhook.generate import backstop, native
+from webhook.generate import backstop, native, native_record
 
 
 def by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
@@ -34,31 +33,31 @@ def test_a_class_policy_writes_what_the_class_sets_and_guards_every_write(rules:
         (policy, _) = native.class_policy(rules, workload)
         condition = policy["spec"]["matchConditions"][0]["expression"]
         assert f"'{names.WORKLOAD_TYPE}'" in condition and condition.endswith(f"== '{workload}'")
-        # one merge, not one per write; the atomic lists (tolerations, pod affinity) and the spread in one JSON Patch
-        # (each mutation costs the API server a conversion of the pod and back)
-        (mutation, patches) = policy["spec"]["mutations"]
-        assert mutation["patchType"] == "ApplyConfiguration"  # no typed list in a JSON Patch
-        assert patches["patchType"] == "JSONPatch"
-        joined = patches["jsonPatch"]["expression"]
+        # one JSON Patch for every write: each mutation costs the API server a conversion of the pod and back, an
+        # apply configuration a structured merge on top, and each evaluates its variables afresh
+        (mutation,) = policy["spec"]["mutations"]
+        assert mutation["patchType"] == "JSONPatch"
+        joined = mutation["jsonPatch"]["expression"]
         tolerations = backstop.TOLERATIONS_PATCH
-        assert joined == tolerations or joined.startswith(f"({tolerations}) + ("), workload
+        assert joined.startswith(f"({tolerations}) + (") and joined.endswith(f"({native_record.forged_patch()})"), workload
         plan = settings.mutate
         assert ("/spec/affinity" in joined) == (plan.pod_affinity is not None), workload
         assert ("/spec/topologySpreadConstraints" in joined) == (plan.topology_spread is not None), workload
-        assert "Object." not in joined.removeprefix(f"({tolerations})").removeprefix(tolerations)
-        assert mutation["applyConfiguration"]["expression"].startswith("Object{")
-        text = json.dumps(mutation)
+        # plain maps as values: a typed list in a JSON Patch value made a v1.36 API server panic
+        assert "Object." not in joined.removeprefix(f"({tolerations})"), workload
         priority = settings.priority_class
         assert priority is not None
         # all three: the Priority plugin has already resolved the pod's, and refuses a value that disagrees
-        for field, value in (("priorityClassName", f"'{priority.name}'"), ("priority", priority.value),
-                             ("preemptionPolicy", f"'{priority.preemption_policy}'")):
-            assert (f"?{field}: variables.countable && object.spec.?priorityClassName.orValue('') == '' ? "
-                    f"optional.of({value})") in text
-        assert ("emptyDir: Object.spec.volumes.emptyDir{medium: 'Memory'" in text) == (settings.mutate.shm is not None)
+        assert (f"variables.countable && object.spec.?priorityClassName.orValue('') == '' ? "
+                f"[JSONPatch{{op: 'add', path: '/spec/priorityClassName', value: '{priority.name}'}}, "
+                f"JSONPatch{{op: 'add', path: '/spec/priority', value: {priority.value}}}, "
+                f"JSONPatch{{op: 'add', path: '/spec/preemptionPolicy', value: '{priority.preemption_policy}'}}] : []"
+                ) in joined, workload
+        assert ("'emptyDir': dyn({'medium': 'Memory', 'sizeLimit': variables.shmSize})" in joined) == \
+            (settings.mutate.shm is not None), workload
         deadline = settings.mutate.active_deadline_seconds
-        assert (f"optional.of({deadline})" in text) == (deadline is not None)
-        assert f"optional.of('{workload}')" in text
+        assert ("'/spec/activeDeadlineSeconds'" in joined) == (deadline is not None), workload
+        assert f"'/metadata/labels/ai-admission.io~1workload-type', value: '{workload}'" in joined, workload
 
 
 def test_a_class_that_changes_nothing_has_no_policy(rules: Rules) -> None:
@@ -81,8 +80,8 @@ def test_the_set_holds_the_classes_the_tolerations_for_the_rest_and_the_backstop
     (unless, accelerators) = policies[native.TOLERATIONS]["spec"]["matchConditions"]
     assert unless["name"] == "names-no-native-class" and all(f"'{w}'" in unless["expression"] for w in rules.classes)
     for workload in rules.classes:
-        mutations = policies[f"ai-admission-native-{workload}"]["spec"]["mutations"]
-        assert backstop.TOLERATIONS_PATCH in mutations[1]["jsonPatch"]["expression"]
+        (mutation,) = policies[f"ai-admission-native-{workload}"]["spec"]["mutations"]
+        assert backstop.TOLERATIONS_PATCH in mutation["jsonPatch"]["expression"]
     # the kind of the parameter the policies read: the server creates the object and fills it
     (facts,) = [o for o in found if o["kind"] == "CustomResourceDefinition"]
     assert facts["spec"]["group"] == "ai-admission.io" and facts["spec"]["names"]["kind"] == "ClusterFacts"
@@ -102,8 +101,8 @@ def test_the_class_policies_read_the_nodes_facts_from_the_parameter_the_server_w
         assert variables[variables.index("facts"):variables.index("facts") + 3] == ["facts", "synced", "model"]
         assert ("packBy" in variables) == (rules.classes[workload].mutate.pod_affinity is not None)
         assert ("spreadKeys" in variables) == (rules.classes[workload].mutate.topology_spread is not None)
-    quiet = replace(rules, mutation=replace(rules.mutation, gpu_tolerations=False))
-    (hpo, binding) = native.class_policy(quiet, "hpo")  # places nothing, tolerates nothing: reads nothing
+    quiet = replace(rules, mutation=replace(rules.mutation, gpu_tolerations=False, record_profile=False))
+    (hpo, binding) = native.class_policy(quiet, "hpo")  # places, tolerates, judges nothing: reads nothing
     assert "paramKind" not in hpo["spec"] and "paramRef" not in binding["spec"]
 
 

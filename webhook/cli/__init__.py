@@ -255,6 +255,11 @@ def _manifests(args: argparse.Namespace) -> int:
                   f"class's /dev/shm and priority but reach the default scheduler's path", file=sys.stderr)
         sys.stdout.write(render(native.policies(rules), "native"))
         return 0
+    if args.what == "native-webhooks":
+        from webhook.generate import native
+
+        sys.stdout.write(render(native.webhook_patch(rules), "native-webhooks"))
+        return 0
     if pod_condition(rules) is None:
         print(f"ai-admission manifests: {rules.source} uses a regular expression CEL cannot express; the webhooks "
               f"get no matchConditions and the API server sends them every pod", file=sys.stderr)
@@ -322,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     manifests = commands.add_parser("manifests", help="print generated manifests (see manifests/base, "
                                                       "manifests/components/prometheus and .../backstop)")
-    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "policy", "tolerations", "native",
+    manifests.add_argument("what", choices=("priorityclasses", "webhooks", "policy", "tolerations", "native", "native-webhooks",
                                             "dashboard", "prometheusrule", "servicemonitor"))
     manifests.add_argument("--rules", help=f"rules file (default ${RULES_ENV} or rules/default.yaml): the classes' "
                                            f"PriorityClasses, which pods the webhooks are sent, and the backstop "

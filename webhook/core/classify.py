@@ -46,10 +46,14 @@ def _match(signal: Signal, facts: PodFacts) -> list[str] | None:
     return evidence
 
 
+def annotated_reason(workload: str) -> str:
+    """Why a pod that names its class is of that class (the native policies write the same words)."""
+    return f"annotation {names.WORKLOAD_TYPE}={workload}"
+
+
 def classify(facts: PodFacts, *, rules: Rules, hints: Hints, has_accelerator: bool) -> Classification:
     if hints.workload_type:
-        return Classification(hints.workload_type, f"annotation {names.WORKLOAD_TYPE}={hints.workload_type}",
-                              "annotation")
+        return Classification(hints.workload_type, annotated_reason(hints.workload_type), "annotation")
     labels = facts.labels
     owner_kinds = {o["kind"] for o in facts.owners if isinstance(o.get("kind"), str)}
     signals = rules.signals

@@ -9,6 +9,9 @@ MODEL_PRECISION = PREFIX + "model-precision"
 PREEMPTIBLE = PREFIX + "preemptible"
 MULTI_NODE = PREFIX + "multi-node"
 PROFILE = PREFIX + "profile"
+# Written by a native class policy beside the profile record when it judged the pod whole (the webhooks then leave
+# the pod out: webhook/generate/native_record.py); the webhook never writes it.
+JUDGED_BY = PREFIX + "judged-by"
 
 # The namespace label that routes a namespace's pods to /validate/<mode> (the generated webhook configurations and
 # backstop bindings select on it; audit reads it).

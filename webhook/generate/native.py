@@ -20,23 +20,22 @@ What a class's policy writes, each mirroring the step of `webhook.core.mutate` n
 - placement (`add_topology`): a multi-node job packed into the narrowest topology level that holds it, replicas
   spread over the keys their nodes have two values of, from the same facts (`native_placement`).
 
-A class policy writes in one ``ApplyConfiguration`` (a merge by the objects' own list keys: volumes and
-containers by name, mounts by path; each write an optional field, set only where the pod lacks it: one merge
-costs the API server less than one per write), with no typed list inside a JSON Patch value: one such value made a
-v1.36 API server panic on every pod create (cel-go's ``ConvertToNative``). The GPU tolerations are a JSON Patch of
-the whole list, as the backstop's toleration policy writes them: ``tolerations`` is an atomic list, which an
-apply configuration may not change. A pod a class policy takes gets its tolerations there; the toleration policy
-of the set (`TOLERATIONS`) takes every other pod, so no pod pays for two policies.
+A class policy writes in one JSON Patch (`_mutations`): each write where the pod lacks it, with plain maps as
+values, never typed objects (one typed list in a JSON Patch value made a v1.36 API server panic on every pod create,
+in cel-go's ``ConvertToNative``). One mutation, not an apply configuration beside it: each mutation costs the API
+server a conversion of the pod and back, and an apply configuration a structured merge with the pod's schema on top.
+A pod a class policy takes gets its GPU tolerations there; the toleration policy of the set (`TOLERATIONS`) takes
+every other pod, so no pod pays for two policies. Where a pod is judged whole (`native_record`: the webhook would
+add nothing more and find nothing), the policy also writes the profile record, and the webhooks are not called.
 
-What stays the webhook's, and why: the profile record (it names the model as the catalog resolves it, which
-needs the catalog's index); NCCL settings (the fabric of the pod's own requests and attachments, and the warnings
-when a fabric needs what the pod lacks); placement and tolerations of a pod whose model or job size CEL cannot
-read as the webhook does; a class's pool tolerations; a pod whose class
-comes from signals or shape, not the annotation; and a pod whose GPUs CEL cannot count as the webhook does
-(claims, shares by memory or annotation). Such a pod gets nothing from these policies (every mutation is guarded
-by ``variables.countable``) and everything from the webhook, which runs after them and adds only what is still
-missing (it never overwrites what a policy set, as it never overwrites the user). docs/admins/native.md says
-which path goes where.
+What stays the webhook's, and why: the profile record of a pod not judged whole; NCCL settings (the fabric of
+the pod's own requests and attachments, and the warnings when a fabric needs what the pod lacks); placement and
+tolerations of a pod whose model or job size CEL cannot read as the webhook does; a class's pool tolerations; a
+pod whose class comes from signals or shape, not the annotation; and a pod whose GPUs CEL cannot count as the
+webhook does (claims, shares by memory or annotation). Such a pod gets nothing from these policies (every write
+is guarded by ``variables.countable``) and everything from the webhook, which runs after them and adds only what
+is still missing (it never overwrites what a policy set, as it never overwrites the user). docs/admins/native.md
+says which path goes where.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view import cluster_facts
 from webhook.core.view.cluster_facts import NAME as FACTS
 
+from . import native_record
 from .backstop import (
     TOLERATIONS_PATCH,
     Rule,
@@ -61,10 +61,18 @@ from .backstop import (
 )
 from .backstop import manifests as backstop_manifests
 from .match_conditions import cel_list, cel_string
-from .native_placement import fact_variables, placement_patches, placement_variables, places, reads_facts
+from .native_placement import (
+    fact_variables,
+    job_variables,
+    placement_patches,
+    placement_variables,
+    places,
+    plain_map,
+    reads_facts,
+)
 from .native_placement import toleration_variables as facts_tolerations
 from .webhooks import NAME as NAMESPACE
-from .webhooks import excluded_namespaces
+from .webhooks import excluded_namespaces, webhook_configurations
 
 PREFIX = "ai-admission-native"
 LABELS = {"app.kubernetes.io/name": "ai-admission", "app.kubernetes.io/component": "native"}
@@ -144,7 +152,8 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
          "expression": without_bind(f"({app} + {init}).all(c, {_countable(rules, rule, 'c')}) && "
                                     f"size(object.spec.?resourceClaims.orValue([])) == 0{no_share_notes}")},
     ]
-    if reads_facts(rules, settings):
+    recording = native_record.records(rules, settings)
+    if _reads_facts(rules, settings):
         variables += fact_variables(rules)
     if rules.mutation.gpu_tolerations:
         asked, _ = toleration_variables(rules)
@@ -152,8 +161,10 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
         variables += [{"name": "asked",
                        "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : {general}"},
                       *facts_tolerations(rules)]
+    elif recording:
+        variables.append({"name": "asked", "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : []"})
     shm = settings.mutate.shm
-    if shm is not None or places(settings):
+    if shm is not None or places(settings) or recording:
         variables += [
             {"name": "appGpus", "expression": without_bind(f"{app}.map(c, {_gpus(rules, 'c')})")},
             {"name": "initGpus", "expression": without_bind(f"{init}.map(c, {_gpus(rules, 'c')})")},
@@ -182,13 +193,23 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
         whole = f"cel.bind(sz, {size}, sz >= {float(MIB)} ? int(sz / {float(MIB)}) * {MIB} : int(sz))"
         variables += [
             {"name": "shmTargets",
-             "expression": f"{app}.transformList(i, c, ({every_app}) && !{mounts_shm}, c.name)"},
+             "expression": f"{app}.transformList(i, c, ({every_app}) && !{mounts_shm}, i)"},
             {"name": "shmInit",
-             "expression": f"{init}.transformList(i, c, variables.initGpus[i] > 0 && !{mounts_shm}, c.name)"},
+             "expression": f"{init}.transformList(i, c, variables.initGpus[i] > 0 && !{mounts_shm}, i)"},
             {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
             {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {_format_bytes('b')})")},
         ]
-    return variables + placement_variables(rules, workload, settings)
+    variables += placement_variables(rules, workload, settings)
+    if recording:
+        if not places(settings):
+            variables += job_variables(rules, workload)
+        variables += native_record.variables(rules, workload, settings)
+    return variables
+
+
+def _reads_facts(rules: Rules, settings: ClassSettings) -> bool:
+    """The class's policy reads the nodes' facts: to place or tolerate (`reads_facts`), or to judge a pod whole."""
+    return reads_facts(rules, settings) or native_record.records(rules, settings)
 
 
 def _when(condition: str, value: str) -> str:
@@ -196,63 +217,90 @@ def _when(condition: str, value: str) -> str:
     return f"{condition} ? optional.of({value}) : optional.none()"
 
 
+def _add(path: str, value: str) -> str:
+    """A JSON Patch ``add`` of ``value`` at ``path`` (a CEL expression), as CEL writes it."""
+    return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
+
+
+def _escaped(key: str) -> str:
+    """A map key as one step of a JSON Pointer (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _metadata_ops(kind: str, entries: list[tuple[str, str, str]]) -> str:
+    """The ``add`` operations of ``entries`` (key, condition, value) to the pod's labels or annotations: the whole
+    map where the pod has none, else one key at a time (an ``add`` of a key the pod has replaces its value)."""
+    whole = "{" + ", ".join(f"?{cel_string(k)}: {_when(c, v)}" for k, c, v in entries) + "}"
+    each = " + ".join(f"({c} ? [{_add(cel_string(f'/metadata/{kind}/{_escaped(k)}'), v)}] : [])" for k, c, v in entries)
+    return (f"!has(object.metadata.{kind}) ? cel.bind(mm, {whole}, size(mm) == 0 ? [] : "
+            f"[{_add(cel_string(f'/metadata/{kind}'), 'mm')}]) : ({each})")
+
+
+def _shm_ops(rules: Rules) -> str:
+    """The memory-backed volume, and its mount in each target container (`variables.shmTargets`, `shmInit`: their
+    indices), where the pod has neither: plain maps, never typed objects, in a JSON Patch value."""
+    name = rules.mutation.shm_volume_name
+    volume = plain_map(name=cel_string(name), emptyDir="{'medium': 'Memory', 'sizeLimit': variables.shmSize}")
+    mount = plain_map(name=cel_string(name), mountPath=cel_string(SHM_PATH))
+
+    def mounts(kind: str, targets: str) -> str:
+        at = f"'/spec/{kind}/' + string(i) + '/volumeMounts'"
+        return (f"{targets}.map(i, has(object.spec.{kind}[i].volumeMounts) ? {_add(at + ' + ' + cel_string('/-'), mount)}"
+                f" : {_add(at, f'[{mount}]')})")
+
+    wanted = "variables.countable && !variables.shmTaken && size(variables.shmTargets) + size(variables.shmInit) > 0"
+    return (f"{wanted} ? [has(object.spec.volumes) ? {_add(cel_string('/spec/volumes/-'), volume)} : "
+            f"{_add(cel_string('/spec/volumes'), f'[{volume}]')}] + {mounts('initContainers', 'variables.shmInit')} + "
+            f"{mounts('containers', 'variables.shmTargets')} : []")
+
+
 def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, Any]]:
-    """One ApplyConfiguration with every write of the class, each an optional field set only where the pod lacks
-    it: the API server merges one configuration per mutation, and one merge costs less than one per write."""
+    """One JSON Patch with every write of the class, each where the pod lacks it: the GPU tolerations, placement,
+    ``/dev/shm``, the priority, the run-time bound, the labels and annotations (the record and its mark where the
+    pod is judged whole), and the removal of a mark the policy did not write.
+
+    One mutation, not one per kind of write: the API server converts the pod and back for each mutation, merges an
+    apply configuration with the typed pod's schema (structured merge, the larger cost), and evaluates each
+    mutation's variables afresh against the pod the mutations before it left (the judgement of the pod must see it
+    as sent). The values are plain maps, never typed objects (a typed list in a JSON Patch value made a v1.36 API
+    server panic on every pod create)."""
     plan = settings.mutate
-    spec: list[str] = []
+    ops: list[str] = []
+    if rules.mutation.gpu_tolerations:
+        ops.append(TOLERATIONS_PATCH)
+    ops += placement_patches(rules, settings)
+    placing = bool(placement_patches(rules, settings))
+    own: list[str] = []
     if plan.shm is not None:
-        volume = rules.mutation.shm_volume_name
-        wanted = "variables.countable && !variables.shmTaken && size(variables.shmTargets) + size(variables.shmInit) > 0"
-        mount = f"Object.spec.containers.volumeMounts{{name: '{volume}', mountPath: '{SHM_PATH}'}}"
-        init_mount = f"Object.spec.initContainers.volumeMounts{{name: '{volume}', mountPath: '{SHM_PATH}'}}"
-        spec += [
-            "?volumes: " + _when(wanted, f"[Object.spec.volumes{{name: '{volume}', emptyDir: "
-                                          f"Object.spec.volumes.emptyDir{{medium: 'Memory', sizeLimit: variables.shmSize}}}}]"),
-            "?initContainers: " + _when(f"{wanted} && size(variables.shmInit) > 0", "variables.shmInit.map(n, "
-                                         f"Object.spec.initContainers{{name: n, volumeMounts: [{init_mount}]}})"),
-            "?containers: " + _when(f"{wanted} && size(variables.shmTargets) > 0", "variables.shmTargets.map(n, "
-                                     f"Object.spec.containers{{name: n, volumeMounts: [{mount}]}})"),
-        ]
+        own.append(_shm_ops(rules))
     priority = settings.priority_class
     if priority is not None:
         unnamed = "variables.countable && object.spec.?priorityClassName.orValue('') == ''"
-        spec += [f"?priorityClassName: {_when(unnamed, cel_string(priority.name))}",
-                 f"?priority: {_when(unnamed, str(priority.value))}",
-                 f"?preemptionPolicy: {_when(unnamed, cel_string(priority.preemption_policy))}"]
+        # all three: the Priority admission plugin has already resolved the pod's (an add replaces them)
+        own.append(f"{unnamed} ? [{_add(cel_string('/spec/priorityClassName'), cel_string(priority.name))}, "
+                   f"{_add(cel_string('/spec/priority'), str(priority.value))}, "
+                   f"{_add(cel_string('/spec/preemptionPolicy'), cel_string(priority.preemption_policy))}] : []")
     if plan.active_deadline_seconds is not None:
-        unbounded = "variables.countable && !has(object.spec.activeDeadlineSeconds)"
-        spec.append(f"?activeDeadlineSeconds: {_when(unbounded, str(plan.active_deadline_seconds))}")
+        own.append(f"variables.countable && !has(object.spec.activeDeadlineSeconds) ? "
+                   f"[{_add(cel_string('/spec/activeDeadlineSeconds'), str(plan.active_deadline_seconds))}] : []")
     labels = dict(plan.labels)
     if rules.mutation.record_profile:
         labels = {names.WORKLOAD_TYPE: workload, **labels}
-    metadata = []
+    recording = native_record.records(rules, settings)
     for kind, values in (("labels", labels), ("annotations", dict(plan.annotations))):
-        if not values:
-            continue
         present = f"object.metadata.?{kind}.orValue({{}})"
-        entries = ", ".join(f"?{cel_string(k)}: {_when(f'variables.countable && !({cel_string(k)} in {present})', cel_string(v))}"
-                            for k, v in values.items())
-        # all present: an empty map, which the merge leaves as it is
-        metadata.append(f"{kind}: {{{entries}}}")
-    patches = [*([TOLERATIONS_PATCH] if rules.mutation.gpu_tolerations else []), *placement_patches(rules, settings)]
-    placing = len(patches) > bool(rules.mutation.gpu_tolerations)
-    if not spec and not metadata and not placing:
+        entries = [(k, f"variables.countable && !({cel_string(k)} in {present})", cel_string(v)) for k, v in values.items()]
+        if recording and kind == "annotations":
+            entries += native_record.record_entries()
+        if entries:
+            own.append(_metadata_ops(kind, entries))
+    if not own and not placing:
         return []  # the toleration policy of the set takes the class's pods
-    mutations: list[dict[str, Any]] = []
-    if spec or metadata:
-        parts = ([f"metadata: Object.metadata{{{', '.join(metadata)}}}"] if metadata else []) + \
-            ([f"spec: Object.spec{{{', '.join(spec)}}}"] if spec else [])
-        expression = f"Object{{{', '.join(parts)}}}"
-        mutations.append({"patchType": "ApplyConfiguration",
-                          "applyConfiguration": {"expression": without_bind(expression)}})
-    if patches:
-        # the tolerations (every pod of the class, countable or not) and the placement: JSON Patch operations, as
-        # an apply configuration may not change an atomic list (the API server refuses it); one mutation for all
-        # (each mutation costs the API server a conversion of the pod and back)
-        expression = patches[0] if len(patches) == 1 else " + ".join(f"({p})" for p in patches)
-        mutations.append({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
-    return mutations
+    ops += own
+    if recording:
+        ops.append(native_record.forged_patch())
+    expression = " + ".join(f"({op})" for op in ops)
+    return [{"patchType": "JSONPatch", "jsonPatch": {"expression": without_bind(expression)}}]
 
 
 def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[str, Any]] | None = None,
@@ -285,7 +333,7 @@ def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[s
                "metadata": {"name": name, "labels": LABELS},
                "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
                    "matchExpressions": [excluded_namespaces(), *(namespace_expressions or [])]}}}}
-    if reads_facts(rules, settings):
+    if _reads_facts(rules, settings):
         # the nodes' facts the server writes (`webhook.core.view.cluster_facts`); a policy whose parameter is not
         # there (yet) is not run at all (parameterNotFoundAction), and the webhook then does all of it
         policy["spec"]["paramKind"] = {"apiVersion": f"{cluster_facts.GROUP}/{cluster_facts.VERSION}",
@@ -308,8 +356,37 @@ def policies(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = 
               "expression": f"!(object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}].orValue('') in "
                             f"{cel_list(taken)})"}
     # the parameter's kind; the server creates the object, and writes the nodes' facts to it
-    facts = [cluster_facts.crd()] if any(reads_facts(rules, s) for s in rules.classes.values()) else []
+    facts = [cluster_facts.crd()] if any(_reads_facts(rules, s) for s in rules.classes.values()) else []
     return [*facts, *found, *toleration_policy(rules, namespace_expressions, name=TOLERATIONS, unless=unless)]
+
+
+def _priority_class(rules: Rules, workload: str) -> str:
+    """The PriorityClass a class's policy writes ('' where it writes none: a pod then names none)."""
+    priority = rules.classes[workload].priority_class
+    return priority.name if priority is not None else ""
+
+
+def judging_classes(rules: Rules) -> list[str]:
+    """The classes whose policy judges some pods whole (`native_record`): the webhooks leave those pods out."""
+    return [w for w, settings in rules.classes.items()
+            if native_record.records(rules, settings) and class_policy(rules, w)]
+
+
+def webhook_patch(rules: Rules) -> list[dict[str, Any]]:
+    """The native component's patch of the webhooks (`webhook.generate.webhooks`): each entry's matchConditions
+    and the condition that leaves out a pod its class policy judged whole (`native_record.webhook_condition`).
+    Whole lists, written from the same rules: a strategic merge replaces a matchConditions list."""
+    classes = judging_classes(rules)
+    if not classes:
+        return []
+    condition = native_record.webhook_condition({w: _priority_class(rules, w) for w in classes})
+    patch = []
+    for configuration in webhook_configurations(rules):
+        entries = [{"name": w["name"], "matchConditions": [*w.get("matchConditions", []), condition]}
+                   for w in configuration["webhooks"]]
+        patch.append({"apiVersion": configuration["apiVersion"], "kind": configuration["kind"],
+                      "metadata": {"name": configuration["metadata"]["name"]}, "webhooks": entries})
+    return patch
 
 
 def native_set(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from webhook.core import names
 from webhook.core.hints import FALSE_WORDS, TRUE_WORDS
 from webhook.core.rules import ClassSettings, Rules
-from webhook.core.view.cluster_facts import MODEL, PACK, SPREAD, SYNCED, TOLERATE
+from webhook.core.view.cluster_facts import MODELS, PACK, SPREAD, SYNCED, TOLERATE
 
 from .backstop import PER_ACCELERATOR, missing_tolerations, without_bind
 from .match_conditions import cel_string
@@ -82,7 +82,11 @@ def _normalized(text: str) -> str:
 def _model(rules: Rules) -> str:
     """`webhook.core.profile._choose_model` where CEL can follow it, else ``'?'``."""
     facts = "variables.facts"
-    lookup = f"{facts}[?({cel_string(MODEL)} + {_normalized('mv')})].orValue({UNKNOWN})"
+    # the index is one string ",name=model,...,": the name between a comma and "=", its model up to the next comma
+    index = f"{facts}[?{cel_string(MODELS)}].orValue('')"
+    lookup = (f"cel.bind(mn, {_normalized('mv')}, mn.contains(',') || mn.contains('=') ? {UNKNOWN} : "
+              f"cel.bind(mx, ',' + mn + '=', cel.bind(mi, {index}, mi.contains(mx) ? "
+              f"cel.bind(mr, mi.substring(mi.indexOf(mx) + size(mx)), mr.substring(0, mr.indexOf(','))) : {UNKNOWN})))")
     selector = "object.spec.?nodeSelector.orValue({})"
     other_keys = [*rules.instance_type_keys, *([rules.gpu_name_labels.name_key] if rules.gpu_name_labels else [])]
     unreadable = [f"{_listed(other_keys)}.exists(k, sl[?k].orValue('') != '')" if other_keys else "false",
@@ -164,16 +168,19 @@ def _app_label(rules: Rules) -> str:
             f"size(al) > 0 ? [al[0], lb[al[0]]] : []))")
 
 
+def job_variables(rules: Rules, workload: str) -> list[dict[str, str]]:
+    """``pods`` and ``multiNode``: the job's size and whether the pod is one of several."""
+    return _unbound([{"name": "pods", "expression": _pods(rules)},
+                     {"name": "multiNode", "expression": _multi_node(rules, workload)}])
+
+
 def placement_variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, str]]:
     """The variables the placement mutations read (`placement_mutations`); none for a class that places nothing.
     ``variables.countable``, ``appGpus``/``initGpus`` and the `fact_variables` come from the class policy."""
     if not places(settings):
         return []
     plan = settings.mutate
-    found = [
-        {"name": "pods", "expression": _pods(rules)},
-        {"name": "multiNode", "expression": _multi_node(rules, workload)},
-    ]
+    found = job_variables(rules, workload)
     if plan.pod_affinity is not None:
         # the job's GPUs: one pod's (app containers and sidecars; an init container asking for GPUs: not here)
         gpus = "cel.bind(gi, variables.initGpus, size(gi) == 0 || gi.all(g, g == 0)) ? variables.appGpus.sum() : -1"
@@ -215,13 +222,13 @@ def placement_variables(rules: Rules, workload: str, settings: ClassSettings) ->
     return _unbound(found)
 
 
-def _object(**fields: str) -> str:
+def plain_map(**fields: str) -> str:
     """A CEL map of JSON values (each ``dyn``: a map literal's values must otherwise be of one type)."""
     return "{" + ", ".join(f"{cel_string(key)}: dyn({value})" for key, value in fields.items()) + "}"
 
 
 def _term() -> str:
-    return _object(labelSelector="{'matchLabels': {variables.jobLabel[0]: variables.jobLabel[1]}}",
+    return plain_map(labelSelector="{'matchLabels': {variables.jobLabel[0]: variables.jobLabel[1]}}",
                    topologyKey="variables.packBy")
 
 
@@ -242,7 +249,7 @@ def placement_patches(rules: Rules, settings: ClassSettings) -> list[str]:
         affinity = plan.pod_affinity
         field = ("requiredDuringSchedulingIgnoredDuringExecution" if affinity.required
                  else "preferredDuringSchedulingIgnoredDuringExecution")
-        entry = _term() if affinity.required else _object(weight=str(affinity.weight), podAffinityTerm=_term())
+        entry = _term() if affinity.required else plain_map(weight=str(affinity.weight), podAffinityTerm=_term())
         listed = f"object.spec.affinity.podAffinity.{field}"
         there = (f"{listed}.exists(t, {_same_term('t')})" if affinity.required
                  else f"{listed}.exists(p, has(p.podAffinityTerm) && {_same_term('p.podAffinityTerm')})")
@@ -261,7 +268,7 @@ def placement_patches(rules: Rules, settings: ClassSettings) -> list[str]:
         found.append(expression)
     if plan.topology_spread is not None:
         spread = plan.topology_spread
-        constraint = _object(maxSkew=str(spread.max_skew), topologyKey="k",
+        constraint = plain_map(maxSkew=str(spread.max_skew), topologyKey="k",
                              whenUnsatisfiable=cel_string(spread.when_unsatisfiable),
                              labelSelector="{'matchLabels': {variables.appLabel[0]: variables.appLabel[1]}}")
         expression = (f"size(variables.spreadKeys) == 0 ? [] : has(object.spec.topologySpreadConstraints) ? "

@@ -14,14 +14,19 @@ review as #141015). A CRD paramKind gets an informer of its own each time.
 
 - ``synced``: present once the server has written the nodes' facts (a policy that finds no ``synced`` acts as the
   webhook does with no node watch, which is: it leaves placement alone);
-- ``model.<name>``: the catalog model each name of the model index stands for (`Rules.find_model`'s first two
-  lookups: the name as written, then with or without ``nvidia-``), for the names a plain key can hold;
+- ``models``: the catalog model each name of the model index stands for (`Rules.find_model`'s first two
+  lookups: the name as written, then with or without ``nvidia-``), for the names a plain key can hold, as one
+  string ``,name=model,name=model,`` (one string, not a key per name: the API server converts the parameter for
+  every policy it dispatches, and its cost grows with the number of keys; a substring search costs next to none);
 - ``pack.<model>`` and ``pack`` (every GPU node): the levels a multi-node job may be packed by, narrowest first, as
   ``key=GPUs of its largest domain`` joined by commas (`placement.pack_candidates`);
 - ``spread.<model>`` and ``spread``: the topology keys the classes spread over that have at least two values among
   the model's nodes (the webhook spreads over no other key);
 - ``tolerate.<model>`` and ``tolerate``: the tolerations of the GPU taints the model's nodes carry
-  (`placement.target_tolerations`), each as ``key|operator|value|effect``, joined by commas.
+  (`placement.target_tolerations`), each as ``key|operator|value|effect``, joined by commas;
+- ``card.<model>``: what validation reads of each model a node of the cluster has, as ``memory bytes|GPUs per
+  node|vendor|interconnect``, so a policy can tell that the webhook would find nothing to say of a pod
+  (`webhook.generate.native_record`; a model no node has is the webhook's to warn of).
 
 Pure: the same rules give the same data, so two replicas that see the same nodes write the same object.
 """
@@ -37,8 +42,9 @@ from webhook.core.rules import Rules
 NAME = "ai-admission-cluster-facts"
 GROUP, VERSION, KIND, PLURAL = "ai-admission.io", "v1alpha1", "ClusterFacts", "clusterfacts"
 SYNCED = "synced"
-MODEL, PACK, SPREAD, TOLERATE = "model.", "pack", "spread", "tolerate"
+MODELS, PACK, SPREAD, TOLERATE, CARD = "models", "pack", "spread", "tolerate", "card."
 _KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # keys as a ConfigMap's: plain to read and to look up
+_NAME = re.compile(r"^[-._a-zA-Z0-9]{1,240}$")  # a name of the model index: no "," nor "=" (its separators)
 
 
 def target_key(prefix: str, model: str) -> str:
@@ -57,6 +63,11 @@ def toleration_text(toleration: Mapping[str, Any]) -> str:
     return "|".join(str(toleration.get(field) or "") for field in ("key", "operator", "value", "effect"))
 
 
+def card_text(memory: Any, gpus_per_node: int, vendor: str, interconnect: str) -> str:
+    """``memory bytes|GPUs per node|vendor|interconnect``: none of them holds ``|``."""
+    return f"{int(memory)}|{gpus_per_node}|{vendor}|{interconnect}"
+
+
 def facts_data(rules: Rules) -> dict[str, str]:
     """The object's data for the rules in force; empty when the cluster's nodes are not known."""
     if rules.nodes is None:
@@ -66,9 +77,12 @@ def facts_data(rules: Rules) -> dict[str, str]:
     for key in list(names):  # find_model's second lookup: the name with or without nvidia-
         other = key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key
         names.setdefault(other, names[key])
-    for key, name in sorted(names.items()):
-        if _KEY.match(MODEL + key) and _KEY.match(target_key(PACK, name)):
-            data[MODEL + key] = name
+    index = [f"{key}={name}" for key, name in sorted(names.items())
+             if _NAME.match(key) and _KEY.match(target_key(PACK, name))]
+    data[MODELS] = "," + ",".join(index) + ","
+    for name, card in sorted(rules.catalog.items()):
+        if name in rules.nodes.present and _KEY.match(CARD + name):
+            data[CARD + name] = card_text(card.memory, card.gpus_per_node, card.vendor, card.interconnect)
     spread = spread_keys(rules)
     for model, target in sorted(rules.nodes.placement.items()):
         if not _KEY.match(target_key(PACK, model)):
