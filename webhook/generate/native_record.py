@@ -42,11 +42,11 @@ from webhook.core.classify import annotated_reason
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view.cluster_facts import CARD
 
-from .backstop import without_bind
-from .match_conditions import cel_list, cel_regex, cel_string
+from .backstop import PLAIN_MEMORY, plainly_clear, pod_containers, without_bind
+from .match_conditions import cel_list, cel_string
 
 UNITS = {"Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-MEMORY = f"^[1-9][0-9]{{0,6}}({'|'.join(UNITS)})$"  # the gpu-memory annotations the record writes back as written
+MEMORY = PLAIN_MEMORY  # the gpu-memory annotations the record writes back as written (whole Mi, Gi, Ti)
 OWN_ANNOTATIONS = (names.WORKLOAD_TYPE, names.GPU_MEMORY, names.PROFILE, names.JUDGED_BY)
 JUDGE = "native-policy"  # the value of ai-admission.io/judged-by the class policy writes
 CONDITION_NAME = "not-judged-natively"
@@ -59,11 +59,6 @@ def records(rules: Rules, settings: ClassSettings) -> bool:
     plan = settings.mutate
     return (rules.mutation.record_profile and not rules.scheduler.active and not plan.tolerations
             and not (plan.nccl and plan.nccl_single_node))
-
-
-def _containers(test: str) -> str:
-    """``test`` holds for each container of the pod, app and init (``c``)."""
-    return f"(object.spec.containers + object.spec.?initContainers.orValue([])).all(c, {test})"
 
 
 def _plain_gpus() -> str:
@@ -91,10 +86,9 @@ def _model_by_label_only(rules: Rules) -> str:
 
 def _annotations(rules: Rules) -> str:
     """No annotation the webhook reads but the record's own: no other hint of ours, no other scheduler's model
-    annotation, no device annotation (CDI), and a gpu-memory written in whole MiB, GiB or TiB."""
-    prefixes = [names.PREFIX, *rules.bypasses.annotation_prefixes]
+    annotation, and a gpu-memory written in whole MiB, GiB or TiB (device annotations: `plainly_clear`)."""
     foreign = [*rules.model_annotations, *rules.node_selector_annotations]
-    keys = (f"an.all(k, !{cel_list(prefixes)}.exists(p, k.startsWith(p)) || k in {cel_list(OWN_ANNOTATIONS)})"
+    keys = (f"an.all(k, !k.startsWith({cel_string(names.PREFIX)}) || k in {cel_list(OWN_ANNOTATIONS)})"
             + (f" && !{cel_list(sorted(foreign))}.exists(k, k in an)" if foreign else ""))
     return (f"cel.bind(an, object.metadata.?annotations.orValue({{}}), {keys} && "
             f"an[?{cel_string(names.GPU_MEMORY)}].orValue('').matches({cel_string(MEMORY)}))")
@@ -107,28 +101,12 @@ def _memory_bytes() -> str:
             f"int(gm.substring(0, size(gm) - 2)) * {units}[gm.substring(size(gm) - 2)])")
 
 
-def _bypass_free(rules: Rules) -> str:
-    """None of the paths `webhook.core.bypasses.paths` looks at: no device env, no env from a source admission
-    cannot read, nothing privileged, no hostPath, no mount where the toolkit puts device requests."""
-    bypasses = rules.bypasses
-    env = [*bypasses.visible_devices_env, *bypasses.other_env]
-    clauses = ["!has(c.envFrom) || size(c.envFrom) == 0",
-               "!c.?securityContext.?privileged.orValue(false)"]
-    if env:
-        clauses.append(f"!c.?env.orValue([]).exists(e, e.name in {cel_list(env)})")
-    if bypasses.device_request_mounts is not None:
-        clauses.append(f"!c.?volumeMounts.orValue([]).exists(m, m.mountPath.matches("
-                       f"{cel_regex(bypasses.device_request_mounts)}))")
-    return (_containers(" && ".join(f"({c})" for c in clauses))
-            + " && !object.spec.?volumes.orValue([]).exists(v, has(v.hostPath))")
-
-
 def _guaranteed() -> str:
     """`validate._qos_finding`: cpu and memory limits on every container, requests (if any) written alike."""
     each = ("['cpu', 'memory'].all(r, r in c.?resources.?limits.orValue({}) && "
             "(!(r in c.?resources.?requests.orValue({})) || "
             "string(c.resources.requests[r]) == string(c.resources.limits[r])))")
-    return _containers(each)
+    return pod_containers(each)
 
 
 def _memory_limited() -> str:
@@ -136,7 +114,7 @@ def _memory_limited() -> str:
     memory for every container (`validate._host_memory_findings`)."""
     limited = "'memory' in c.?resources.?limits.orValue({})"
     return (f"(has(object.spec.resources) && 'memory' in object.spec.resources.?limits.orValue({{}}) || "
-            f"{_containers(limited)}) && {_containers(limited)}")
+            f"{pod_containers(limited)}) && {pod_containers(limited)}")
 
 
 def decided(rules: Rules, workload: str, settings: ClassSettings) -> str:
@@ -162,7 +140,7 @@ def clauses(rules: Rules, workload: str, settings: ClassSettings) -> list[str]:
         "variables.multiNode == 0",
         "object.spec.?priorityClassName.orValue('') == ''",
         _memory_limited(),
-        _bypass_free(rules),
+        plainly_clear(rules),
     ]
     if rules.mig_pattern is not None:
         clauses.append(f"!variables.asked[0].matches({cel_string(rules.mig_pattern.pattern)})")
