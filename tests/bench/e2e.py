@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +183,10 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     # and A100 nodes (the burst pod's model): the class policies then do all their work (placement and the nodes'
     # taints looked up, and the common pod judged whole, which the webhooks registered with the native component's
     # condition then never see)
-    facts_installed(plane, facts_data(with_nodes(a100_cluster(), rules)))
+    # written beside the probes, as the server writes it while the API server takes up the policies: the kind's
+    # establishment is the parameter's to wait for, not the backstop's
+    writer = threading.Thread(target=facts_installed, args=(plane, facts_data(with_nodes(a100_cluster(), rules))))
+    writer.start()
     profiled = copy.deepcopy(BURST_POD)
     unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
     del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]
@@ -203,6 +207,7 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
             if name not in enforced and probe():
                 enforced[name] = time.monotonic() - applied
         time.sleep(0.05)
+    writer.join()
     return namespace, enforced
 
 
