@@ -443,7 +443,8 @@ def test_every_pod_judged_natively_is_one_the_webhook_would_leave_as_it_is(
     the course example's model and memory the way it does: by nodeSelector and annotation): a pod the policies
     judge whole is one the webhook would add nothing to and find nothing in; every other pod carries no record."""
     pods = [(case.name, case.pod) for case in POD_CASES]
-    if (PUBLISHED / "SOURCES.md").is_file():
+    published = (PUBLISHED / "SOURCES.md").is_file()
+    if published:
         for name, pod in published_pods(a100_facts):
             notes = pod["metadata"]["annotations"]
             if notes.get(names.GPU_MODEL) == "a100-80g":  # the filler: named as the course example names it
@@ -462,7 +463,9 @@ def test_every_pod_judged_natively_is_one_the_webhook_would_leave_as_it_is(
         judged.append(name)
         assert webhook_says(made, native_installed, a100_facts) == ([], [], []), name
     print(f"\njudged whole natively: {len(judged)}; left to the webhook: {len(other)}")
-    assert len(judged) >= 5, (judged, other)
+    fixtures = {case.name for case in POD_CASES}
+    assert len(fixtures.intersection(judged)) >= 2, (judged, other)  # a CronJob's pod, an hpo trial
+    assert not published or len(judged) >= 5, (judged, other)  # and the published manifests' (8 on 2026-12-02)
 
 
 def test_a_mark_the_pod_came_with_never_keeps_it_from_the_webhooks(control_plane: ControlPlane,
