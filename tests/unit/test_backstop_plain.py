@@ -82,6 +82,7 @@ NOT_PLAIN = {
     "a hostPath": _spec(volumes=[{"name": "d", "hostPath": {"path": "/dev/nvidia0"}}]),
     "a CDI annotation": _note("cdi.k8s.io/gpu", "nvidia.com/gpu=all"),
     "a GPU RuntimeClass": _spec(runtimeClassName="nvidia"),
+    "a DeviceClass's extended resource": _container(resources={"limits": {"deviceclass.resource.kubernetes.io/x": "1"}}),
 }
 
 

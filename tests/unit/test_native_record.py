@@ -85,6 +85,16 @@ def _sidecar(pod: dict[str, Any]) -> None:
                                       "resources": {"limits": {"memory": "1Gi", "cpu": "1"}}})
 
 
+def _init_container(pod: dict[str, Any]) -> None:
+    pod["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox:1.36",
+                                      "resources": {"limits": {"memory": "1Gi", "cpu": "1"},
+                                                    "requests": {"memory": "1Gi", "cpu": "1"}}}]
+
+
+def _device_class(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["resources"]["limits"]["deviceclass.resource.kubernetes.io/example"] = "1"
+
+
 def _set(path: tuple[str, ...], value: Any) -> Any:
     def change(pod: dict[str, Any]) -> None:
         target = pod
@@ -103,7 +113,6 @@ def _drop(path: tuple[str, ...]) -> Any:
     return change
 
 
-LIMITS = ("spec", "containers", 0, "resources", "limits")
 # what the webhook would still add or say, and the pod change that makes it so
 POD_CHANGES = {
     "a model named by annotation (the webhook pins it)": _set(("metadata", "annotations", names.GPU_MODEL), "a100-80g"),
@@ -115,6 +124,8 @@ POD_CHANGES = {
     "a hostPath volume": _set(("spec", "volumes"), [{"name": "dev", "hostPath": {"path": "/dev"}}]),
     "a CDI annotation": _set(("metadata", "annotations", "cdi.k8s.io/gpu"), "nvidia.com/gpu=all"),
     "a container that asks for no GPU (the webhook voids it)": _sidecar,
+    "an init container that asks for no GPU (the webhook voids it too)": _init_container,
+    "a DeviceClass's extended resource (the webhook warns of one it does not know)": _device_class,
     "an instance type beside the model label": _set(("spec", "nodeSelector", "node.kubernetes.io/instance-type"),
                                                     "a2-ultragpu-8g"),
 }
@@ -135,7 +146,8 @@ VARIABLE_CHANGES = {
 def test_the_webhook_keeps_a_pod_it_would_add_to_or_judge(rules: Rules, what: str) -> None:
     pod = course_pod()
     POD_CHANGES[what](pod)
-    variables = {**course_variables(), "appGpus": [2] + [0] * (len(pod["spec"]["containers"]) - 1)}
+    variables = {**course_variables(), "appGpus": [2] + [0] * (len(pod["spec"]["containers"]) - 1),
+                 "initGpus": [0] * len(pod["spec"].get("initContainers", []))}
     assert not decided(rules, "training", pod, variables), what
 
 

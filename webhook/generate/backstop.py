@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from webhook.core import names
 from webhook.core.bypasses.rules import PATHS as BYPASS_PATHS
+from webhook.core.dra.rules import DEVICE_CLASS_RESOURCE_PREFIX
 from webhook.core.names import MODE_LABEL
 from webhook.core.rules import MODES, Rules
 from webhook.core.validate import memory_fix, model_fix
@@ -751,12 +752,15 @@ def pod_containers(test: str) -> str:
 def plainly_clear(rules: Rules) -> str:
     """No path to a GPU but a request, in a created pod, tested plainly (a superset of what the bypass checks look
     at, `webhook.core.bypasses.paths`): no device env (whatever its value), no env from a source admission cannot
-    read, nothing privileged, no hostPath, no mount where the toolkit puts device requests, no device annotation,
-    no GPU RuntimeClass."""
+    read, nothing privileged, no DeviceClass's extended resource (the webhook warns of one it does not know), no
+    hostPath, no mount where the toolkit puts device requests, no device annotation, no GPU RuntimeClass."""
     bypasses = rules.bypasses
     env = [*bypasses.visible_devices_env, *bypasses.other_env]
+    device_class = cel_string(DEVICE_CLASS_RESOURCE_PREFIX)
     clauses = ["!has(c.envFrom) || size(c.envFrom) == 0",
-               "!c.?securityContext.?privileged.orValue(false)"]
+               "!c.?securityContext.?privileged.orValue(false)",
+               f"!c.?resources.?limits.orValue({{}}).exists(n, n.startsWith({device_class})) && "
+               f"!c.?resources.?requests.orValue({{}}).exists(n, n.startsWith({device_class}))"]
     if env:
         clauses.append(f"!c.?env.orValue([]).exists(e, e.name in {cel_list(env)})")
     if bypasses.device_request_mounts is not None:

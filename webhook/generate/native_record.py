@@ -152,7 +152,9 @@ def clauses(rules: Rules, workload: str, settings: ClassSettings) -> list[str]:
         clauses.append("!variables.shmTaken")
     bypasses = rules.bypasses
     if bypasses.visible_devices_env and bypasses.voids(workload):
-        clauses.append("variables.appGpus.all(g, g > 0)")
+        # `mutate.void_visible_devices`: every container that asks for no GPU, init containers too, gets the
+        # variable from the webhook
+        clauses.append("variables.appGpus.all(g, g > 0) && size(variables.initGpus) == 0")
     if plan.topology_spread is not None:
         keys = cel_list(plan.topology_spread.topology_keys)
         present = "object.spec.?topologySpreadConstraints.orValue([]).map(t, t.topologyKey)"
