@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator
 import jsonpatch
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ROOT, start_server, stop_server
 from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named
@@ -521,3 +523,115 @@ def test_with_the_webhook_too_a_pod_judged_natively_costs_it_no_call(
     finally:
         uninstall(control_plane, route)
         stop_server(server)
+
+
+def _edit(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set ``path`` (keys and list indices) of a pod to ``value``, making the maps on the way."""
+    def change(pod: dict[str, Any]) -> None:
+        target: Any = pod
+        for key in path[:-1]:
+            target = target[key] if isinstance(key, int) else target.setdefault(key, {})
+        target[path[-1]] = value
+    return change
+
+
+def _drop(path: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        target: Any = pod
+        for key in path[:-1]:
+            target = target[key]
+        target.pop(path[-1], None)
+    return change
+
+
+def _append(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(pod: dict[str, Any]) -> None:
+        target: Any = pod
+        for key in path[:-1]:
+            target = target[key] if isinstance(key, int) else target.setdefault(key, {})
+        target.setdefault(path[-1], []).append(copy.deepcopy(value))
+    return change
+
+
+MAIN = ("spec", "containers", 0)
+BUSYBOX = {"image": "busybox:1.36", "resources": {"limits": {"memory": "1Gi", "cpu": "1"},
+                                                  "requests": {"memory": "1Gi", "cpu": "1"}}}
+# small edits to the profiled pods, each of which may or may not leave the webhook something to add or say
+EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "an init container": _append(("spec", "initContainers"), {"name": "fetch", **BUSYBOX}),
+    "a sidecar": _append(("spec", "containers"), {"name": "log", **BUSYBOX}),
+    "a device env": _append((*MAIN, "env"), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}),
+    "another env": _append((*MAIN, "env"), {"name": "HF_HOME", "value": "/cache"}),
+    "env from a ConfigMap": _append((*MAIN, "envFrom"), {"configMapRef": {"name": "settings"}}),
+    "privileged": _edit((*MAIN, "securityContext"), {"privileged": True}),
+    "a volume and its mount": _append(("spec", "volumes"), {"name": "cache", "emptyDir": {}}),
+    "a volume named as ai-admission's /dev/shm": _append(("spec", "volumes"), {"name": "ai-admission-shm",
+                                                                               "emptyDir": {}}),
+    "a /dev/shm of its own": _append((*MAIN, "volumeMounts"), {"name": "cache", "mountPath": "/dev/shm"}),
+    "a PriorityClass": _edit(("spec", "priorityClassName"), "ai-batch"),
+    "more memory than a card": _edit(("metadata", "annotations", names.GPU_MEMORY), "96Gi"),
+    "memory in decimal units": _edit(("metadata", "annotations", names.GPU_MEMORY), "40G"),
+    "1536Mi of memory": _edit(("metadata", "annotations", names.GPU_MEMORY), "1536Mi"),
+    "the model by annotation too": _edit(("metadata", "annotations", names.GPU_MODEL), "a100-80g"),
+    "an instance type": _edit(("spec", "nodeSelector", "node.kubernetes.io/instance-type"), "a2-ultragpu-8g"),
+    "an unknown model": _edit(("spec", "nodeSelector", "gpu-type"), "z100-80g"),
+    "the L4's model": _edit(("spec", "nodeSelector", "gpu-type"), "l4-24g"),
+    "16 GPUs": _edit((*MAIN, "resources", "limits", "nvidia.com/gpu"), "16"),
+    "8 GPUs": _edit((*MAIN, "resources", "limits", "nvidia.com/gpu"), "8"),
+    "a GPU request unlike its limit": _edit((*MAIN, "resources", "requests", "nvidia.com/gpu"), "1"),
+    "no cpu limit": _drop((*MAIN, "resources", "limits", "cpu")),
+    "no memory limit": _drop((*MAIN, "resources", "limits", "memory")),
+    "preemptible": _edit(("metadata", "annotations", names.PREEMPTIBLE), "true"),
+    "one of 4 pods": _append((*MAIN, "env"), {"name": "PET_NNODES", "value": "4"}),
+    "no app label": _edit(("metadata", "labels"), {}),
+    "a spread of its own": _append(("spec", "topologySpreadConstraints"), {
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "vllm"}}}),
+    "a GPU toleration of its own": _append(("spec", "tolerations"), {"key": "nvidia.com/gpu", "operator": "Exists"}),
+    "a run-time bound": _edit(("spec", "activeDeadlineSeconds"), 600),
+    "a GPU RuntimeClass": _edit(("spec", "runtimeClassName"), "nvidia"),
+    "a required node affinity": _edit(("spec", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["a100-80g"]}]}]}}}),
+    "a CDI annotation": _edit(("metadata", "annotations", "cdi.k8s.io/gpu"), "nvidia.com/gpu=all"),
+    "the hpo class": _edit(("metadata", "annotations", names.WORKLOAD_TYPE), "hpo"),
+    "the batch class": _edit(("metadata", "annotations", names.WORKLOAD_TYPE), "batch"),
+}
+
+
+@given(base=st.sampled_from(["train", "serve"]),
+       edits=st.lists(st.sampled_from(sorted(EDITS)), min_size=1, max_size=3, unique=True))
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def test_a_profiled_pod_edited_is_judged_whole_only_where_the_webhook_has_nothing_to_add(
+        control_plane: ControlPlane, native_installed: str, a100_facts: Rules, base: str, edits: list[str]) -> None:
+    """The judgement against shapes the fixtures lack: the profiled pods with up to three small edits each (an
+    init container, a device env, a PriorityClass, memory past a card, ...). Where the policy judges the pod whole,
+    the webhook would add nothing to it and find nothing in it."""
+    pod = copy.deepcopy(PROFILED[base])
+    pod["metadata"]["name"] = f"{base}-edited"
+    for edit in edits:
+        EDITS[edit](pod)
+    if "a volume and its mount" in edits:
+        pod["spec"]["containers"][0].setdefault("volumeMounts", []).append({"name": "cache", "mountPath": "/cache"})
+    made = natively(control_plane, native_installed, pod)
+    if made is None or record_of(made) is None:
+        return
+    assert webhook_says(made, native_installed, a100_facts) == ([], [], []), edits
+
+
+def test_each_edit_alone_is_judged_whole_only_where_the_webhook_has_nothing_to_add(
+        control_plane: ControlPlane, native_installed: str, a100_facts: Rules) -> None:
+    """Each edit of the property above on the profiled training pod, alone: not a vacuous property (some edits
+    keep the pod judged whole, most send it to the webhook), and the same answer."""
+    judged, left = [], []
+    for name, edit in EDITS.items():
+        pod = copy.deepcopy(PROFILED["train"])
+        edit(pod)
+        made = natively(control_plane, native_installed, pod)
+        if made is None or record_of(made) is None:
+            left.append(name)
+            continue
+        judged.append(name)
+        assert webhook_says(made, native_installed, a100_facts) == ([], [], []), name
+    print(f"\nedits judged whole: {', '.join(judged)}")
+    assert len(judged) >= 4 and len(left) >= 20, (judged, left)
