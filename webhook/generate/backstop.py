@@ -35,6 +35,7 @@ from webhook.core import names
 from webhook.core.bypasses.rules import PATHS as BYPASS_PATHS
 from webhook.core.dra.rules import DEVICE_CLASS_RESOURCE_PREFIX
 from webhook.core.names import MODE_LABEL
+from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import MODES, Rules
 from webhook.core.validate import memory_fix, model_fix
 from webhook.core.workloads import kinds as kind_table
@@ -78,6 +79,15 @@ def _integer(value: str) -> str:
     """The builders' ``_int``: a number, or digits in a string; else 0."""
     return (f"cel.bind(iv, {value}, type(iv) == int ? iv : "
             f"(type(iv) == string && iv.trim().matches('^[0-9]+$') ? int(iv.trim()) : 0))")
+
+
+def byte_quantity(value: str) -> str:
+    """`webhook.core.quantity.format_quantity` of a whole byte count ``value``: the largest binary suffix that
+    divides it."""
+    expression = f"string({value})"
+    for suffix, unit in BINARY_UNITS.items():  # Ki first: the largest suffix ends up outermost
+        expression = f"({value} % {unit} == 0 ? string({value} / {unit}) + '{suffix}' : {expression})"
+    return f"({value} == 0 ? '0' : {expression})"
 
 
 def positive_amount(value: str) -> str:
@@ -741,7 +751,9 @@ def _resource_rules(scope: str | None = None) -> list[dict[str, Any]]:
     return rules
 
 
-PLAIN_MEMORY = "^[1-9][0-9]{0,6}(Mi|Gi|Ti)$"  # a gpu-memory annotation any reader takes as a positive quantity
+PLAIN_SUFFIXES = ("Mi", "Gi", "Ti")
+# a gpu-memory annotation any reader takes as a positive quantity
+PLAIN_MEMORY = f"^[1-9][0-9]{{0,6}}({'|'.join(PLAIN_SUFFIXES)})$"
 
 
 def pod_containers(test: str) -> str:

@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.core import names
+from webhook.core.patch import pointer
 from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view import cluster_facts
@@ -53,6 +54,7 @@ from .backstop import (
     TOLERATIONS_PATCH,
     Rule,
     asked_names,
+    byte_quantity,
     quantity_text,
     toleration_policy,
     toleration_variables,
@@ -68,7 +70,6 @@ from .native_placement import (
     placement_variables,
     places,
     plain_map,
-    reads_facts,
 )
 from .native_placement import toleration_variables as facts_tolerations
 from .webhooks import NAME as NAMESPACE
@@ -131,14 +132,6 @@ def _share_annotations(rules: Rules) -> list[str]:
     return sorted({key for share in rules.share_annotations for key in share.keys()})
 
 
-def _format_bytes(value: str) -> str:
-    """`webhook.core.quantity.format_quantity` for a whole byte count: the largest binary suffix that divides it."""
-    expression = f"string({value})"
-    for suffix, unit in BINARY_UNITS.items():  # Ki first: the largest suffix ends up outermost
-        expression = f"({value} % {unit} == 0 ? string({value} / {unit}) + '{suffix}' : {expression})"
-    return f"({value} == 0 ? '0' : {expression})"
-
-
 def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, str]]:
     rule = Rule(rules)
     app = "object.spec.containers"
@@ -197,7 +190,7 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
             {"name": "shmInit",
              "expression": f"{init}.transformList(i, c, variables.initGpus[i] > 0 && !{mounts_shm}, i)"},
             {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
-            {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {_format_bytes('b')})")},
+            {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {byte_quantity('b')})")},
         ]
     variables += placement_variables(rules, workload, settings)
     if recording:
@@ -208,8 +201,9 @@ def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
 
 
 def _reads_facts(rules: Rules, settings: ClassSettings) -> bool:
-    """The class's policy reads the nodes' facts: to place or tolerate (`reads_facts`), or to judge a pod whole."""
-    return reads_facts(rules, settings) or native_record.records(rules, settings)
+    """The class's policy reads the nodes' facts: to place pods, to tolerate its nodes' GPU taints, or to judge a
+    pod whole."""
+    return places(settings) or rules.mutation.gpu_tolerations or native_record.records(rules, settings)
 
 
 def _when(condition: str, value: str) -> str:
@@ -222,18 +216,13 @@ def _add(path: str, value: str) -> str:
     return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
 
 
-def _escaped(key: str) -> str:
-    """A map key as one step of a JSON Pointer (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _metadata_ops(kind: str, entries: list[tuple[str, str, str]]) -> str:
     """The ``add`` operations of ``entries`` (key, condition, value) to the pod's labels or annotations: the whole
     map where the pod has none, else one key at a time (an ``add`` of a key the pod has replaces its value)."""
     whole = "{" + ", ".join(f"?{cel_string(k)}: {_when(c, v)}" for k, c, v in entries) + "}"
-    each = " + ".join(f"({c} ? [{_add(cel_string(f'/metadata/{kind}/{_escaped(k)}'), v)}] : [])" for k, c, v in entries)
+    each = " + ".join(f"({c} ? [{_add(cel_string(pointer(('metadata', kind, k))), v)}] : [])" for k, c, v in entries)
     return (f"!has(object.metadata.{kind}) ? cel.bind(mm, {whole}, size(mm) == 0 ? [] : "
-            f"[{_add(cel_string(f'/metadata/{kind}'), 'mm')}]) : ({each})")
+            f"[{_add(cel_string(pointer(('metadata', kind))), 'mm')}]) : ({each})")
 
 
 def _shm_ops(rules: Rules) -> str:
@@ -268,8 +257,8 @@ def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dic
     ops: list[str] = []
     if rules.mutation.gpu_tolerations:
         ops.append(TOLERATIONS_PATCH)
-    ops += placement_patches(rules, settings)
-    placing = bool(placement_patches(rules, settings))
+    placing = placement_patches(rules, settings)
+    ops += placing
     own: list[str] = []
     if plan.shm is not None:
         own.append(_shm_ops(rules))

@@ -42,11 +42,6 @@ def places(settings: ClassSettings) -> bool:
     return settings.mutate.pod_affinity is not None or settings.mutate.topology_spread is not None
 
 
-def reads_facts(rules: Rules, settings: ClassSettings) -> bool:
-    """The class's policy reads the cluster's facts: it places pods, or tolerates its nodes' GPU taints."""
-    return places(settings) or rules.mutation.gpu_tolerations
-
-
 def fact_variables(rules: Rules) -> list[dict[str, str]]:
     """``facts`` (the parameter's data), ``synced`` (the server wrote the nodes' facts), ``model``."""
     return _unbound([{"name": "facts", "expression": "params.?data.orValue({})"},

@@ -39,13 +39,15 @@ from typing import Mapping
 
 from webhook.core import names
 from webhook.core.classify import annotated_reason
+from webhook.core.patch import pointer
+from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view.cluster_facts import CARD
 
-from .backstop import PLAIN_MEMORY, plainly_clear, pod_containers, without_bind
+from .backstop import PLAIN_MEMORY, PLAIN_SUFFIXES, byte_quantity, plainly_clear, pod_containers, without_bind
 from .match_conditions import cel_list, cel_string
 
-UNITS = {"Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+UNITS = {suffix: BINARY_UNITS[suffix] for suffix in PLAIN_SUFFIXES}  # of the gpu-memory annotations judged here
 MEMORY = PLAIN_MEMORY  # the gpu-memory annotations the record writes back as written (whole Mi, Gi, Ti)
 OWN_ANNOTATIONS = (names.WORKLOAD_TYPE, names.GPU_MEMORY, names.PROFILE, names.JUDGED_BY)
 JUDGE = "native-policy"  # the value of ai-admission.io/judged-by the class policy writes
@@ -169,20 +171,11 @@ def _vendors(rules: Rules) -> str:
     return "{" + ", ".join(f"{cel_string(r)}: {cel_string(v)}" for r, v in found.items()) + "}"
 
 
-def _bytes_text(value: str) -> str:
-    """`mutate.readable_bytes` of a whole number of MiB: the largest binary suffix that divides it."""
-    expression = f"string({value})"
-    for suffix in ("Ki", *UNITS):
-        unit = 2**10 if suffix == "Ki" else UNITS[suffix]
-        expression = f"({value} % {unit} == 0 ? string({value} / {unit}) + '{suffix}' : {expression})"
-    return expression
-
-
 def record(workload: str, settings: ClassSettings) -> str:
     """`mutate._summary_text` of a pod judged here, its keys sorted as the webhook's: the class, the memory per
     GPU, the GPUs, the model, one pod, the class's preemptibility, the reason (the annotation)."""
     preemptible = "true" if settings.preemptible else "false"
-    parts = [cel_string(f'{{"class":"{workload}","gpuMemoryPerGpu":"'), _bytes_text("mb"),
+    parts = [cel_string(f'{{"class":"{workload}","gpuMemoryPerGpu":"'), byte_quantity("mb"),
              cel_string('","gpus":{"'), "variables.asked[0]", cel_string('":'), "string(variables.gpus)",
              cel_string('},"model":"'), "variables.model",
              cel_string(f'","multiNode":false,"preemptible":{preemptible},"reason":"{annotated_reason(workload)}"}}')]
@@ -210,7 +203,7 @@ def record_entries() -> list[tuple[str, str, str]]:
 def forged_patch() -> str:
     """A mark the pod came with, removed where the policy does not judge the pod: it never keeps a pod from the
     webhooks while the policy runs."""
-    path = "/metadata/annotations/" + names.JUDGED_BY.replace("~", "~0").replace("/", "~1")
+    path = pointer(("metadata", "annotations", names.JUDGED_BY))
     return (f"{cel_string(names.JUDGED_BY)} in object.metadata.?annotations.orValue({{}}) && variables.record == '' ? "
             f"[JSONPatch{{op: 'remove', path: {cel_string(path)}}}] : []")
 
