@@ -1,15 +1,34 @@
 """A background poll: a daemon thread that calls one method every ``interval`` seconds until stopped.
 
 For what is not a collection to watch (a changed rules file, a PolicyReport refresh that is due); collections of
-the cluster are watched by `webhook.cluster.informer`. Never on the request path.
+the cluster are watched by `webhook.cluster.informer`. Never on the request path. `ProblemLog`: how the writers
+among them say that they cannot write.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from typing import TypeVar
 
+log = logging.getLogger("ai_admission")
 Self = TypeVar("Self", bound="Poller")
+
+
+class ProblemLog:
+    """What stops a poll's writes, logged once and its end once (``what``: what is not written), not at every
+    poll; ``last`` is the problem now, None when there is none."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self.last: str | None = None
+
+    def __call__(self, text: str | None) -> None:
+        if text != self.last:
+            log.warning(json.dumps({"msg": f"{self._what} not written", "reason": text} if text else
+                                   {"msg": f"{self._what} written again"}))
+        self.last = text
 
 
 class Poller:

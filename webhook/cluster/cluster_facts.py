@@ -25,7 +25,7 @@ from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import GROUP, NAME, PLURAL, VERSION, facts_data, param
 
 from . import client as kube
-from .background import Poller
+from .background import Poller, ProblemLog
 from .lease import Lease
 from .worker_lock import WorkerLock
 
@@ -51,17 +51,10 @@ class FactsWriter(Poller):
         self.path = f"{self.collection}/{NAME}"
         identity = identity or f"{socket.gethostname()}_{os.getpid()}"  # the pod's name, and which worker
         self._lease = Lease(namespace, NAME, identity, duration=max(3 * interval, 15.0), clock=clock)
-        self._last_problem: str | None = None
+        self._problem = ProblemLog("the nodes' facts")
         self._clock = clock
         self._unserved_until = float("-inf")  # the kind was not served: asked again only after a while
         self.last_outcome = "not run"
-
-    def _problem(self, text: str | None) -> None:
-        """Log a problem once (and its end), not at every poll."""
-        if text != self._last_problem:
-            log.warning(json.dumps({"msg": "the nodes' facts not written", "reason": text} if text else
-                                   {"msg": "the nodes' facts written again"}))
-        self._last_problem = text
 
     def poll(self) -> str:
         self.last_outcome = self._poll()

@@ -25,7 +25,7 @@ from webhook.core.rules import Rules
 
 from . import client as kube
 from .audit import audit, report_results, report_summary
-from .background import Poller
+from .background import Poller, ProblemLog
 from .informer import Api, Informer, ObjectStore, Observer, api_calls
 from .worker_lock import WorkerLock
 
@@ -121,22 +121,13 @@ class ReportWriter(Poller):
         self.reports: Informer | None = None  # our reports, watched once this worker writes them
         self._known = ObjectStore()
         self._last_run = float("-inf")
-        self._last_problem: str | None = None
+        self._problem = ProblemLog("PolicyReports")
         self.last_outcome: dict[str, str] | None = None
 
     def stop(self) -> None:
         super().stop()
         if self.reports is not None:
             self.reports.stop()
-
-    def _problem(self, text: str | None) -> None:
-        """Log a problem once (and its end), not at every refresh."""
-        if text != self._last_problem:
-            if text:
-                log.warning(json.dumps({"msg": "PolicyReports not written", "reason": text}))
-            else:
-                log.warning(json.dumps({"msg": "PolicyReports written again"}))
-        self._last_problem = text
 
     def poll(self) -> str:
         rules = self._rules()
@@ -163,7 +154,7 @@ class ReportWriter(Poller):
         except Exception as exc:  # noqa: BLE001 - the API or a bug: logged, retried at the next refresh
             self._problem(f"{type(exc).__name__}: {exc}")
             return "failed"
-        if self._last_problem:
+        if self._problem.last:
             self._problem(None)
         changed = {ns: what for ns, what in self.last_outcome.items() if what != "unchanged"}
         if changed:
