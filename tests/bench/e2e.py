@@ -188,12 +188,12 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     writer = threading.Thread(target=facts_installed, args=(plane, facts_data(with_nodes(a100_cluster(), rules))))
     writer.start()
     profiled = copy.deepcopy(BURST_POD)
-    unclassed = copy.deepcopy(BURST_POD)  # taken by the toleration policy, not by a class policy
+    unclassed = copy.deepcopy(BURST_POD)  # of no class: the same policy gives it its GPU tolerations
     del unclassed["metadata"]["annotations"]["ai-admission.io/workload-type"]
     probes = {
-        native.policy_name("training"): lambda: _dry_run(plane, namespace, profiled).json().get("spec", {})
+        native.POLICY: lambda: _dry_run(plane, namespace, profiled).json().get("spec", {})
         .get("priorityClassName") == "ai-training",
-        native.TOLERATIONS: lambda: any(t.get("key") == "nvidia.com/gpu" for t in _dry_run(
+        f"{native.POLICY} (a pod of no class)": lambda: any(t.get("key") == "nvidia.com/gpu" for t in _dry_run(
             plane, namespace, unclassed).json().get("spec", {}).get("tolerations", [])),
         backstop.NAME: lambda: f"'{backstop.NAME}'" in _dry_run(plane, namespace, BARE_POD).text,
         backstop.policy_name(backstop.TEMPLATES): lambda: backstop.policy_name(backstop.TEMPLATES) in requests.post(

@@ -40,6 +40,7 @@ from webhook.core.admission import judge_object, judge_pod, mutate_verdict
 from webhook.core.rules import Rules
 from webhook.core.workloads.kinds import KINDS, group_of
 from webhook.generate import backstop
+from webhook.generate.cel.paths import denied_paths
 from webhook.generate.webhooks import priority_classes
 
 pytestmark = [pytest.mark.e2e]
@@ -126,7 +127,7 @@ def tolerations_of(plane: ControlPlane, namespace: str, pod: dict[str, Any]) -> 
 
 def denied(rules: Rules) -> tuple[str, ...]:
     """The codes the policy denies: the missing information, and the bypass paths denied for every class."""
-    return (*MISSING, *backstop.Rule(rules).denied_paths())
+    return (*MISSING, *denied_paths(rules))
 
 
 def webhook_says(obj: dict[str, Any], namespace: str, rules: Rules) -> dict[str, set[str]]:

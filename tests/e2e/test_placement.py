@@ -37,10 +37,12 @@ from tests.support.apiserver import warnings
 from tests.support.clusters import eks_cluster, gke_cluster, with_nodes
 from tests.support.control_plane import SCHEDULER, Component, ControlPlane, namespace_name, running
 from tests.support.e2e_install import install, route_labels, uninstall
+from webhook.cluster.cluster_facts import UNSERVED_RETRY_SECONDS
 from webhook.core import names as names_
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import GROUP, PLURAL, VERSION, facts_data
 from webhook.core.view.cluster_facts import NAME as FACTS
+from webhook.core.view.priority_state import PriorityClassState
 from webhook.generate import native, webhooks
 
 # The simulated nodes carry a taint of their own, tolerated only by this module's pods: pods other tests left
@@ -365,10 +367,13 @@ def test_with_no_webhook_the_native_policies_pack_a_job_by_the_facts_the_server_
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{webhooks.NAME}/{PLURAL}/{FACTS}"
     namespace = plane.create_namespace(namespace_name(f"{cluster.name}-native"), {NATIVE: "true"})
     try:
-        expected = facts_data(with_nodes(cluster.nodes, rules))
-        assert expected["pack"]
-        # the server creates the parameter once its kind is served, and fills it from its node watch
-        eventually(lambda: plane.kubectl("get", "-n", webhooks.NAME, f"{PLURAL}/{FACTS}").returncode == 0)
+        # with the PriorityClasses' state the server's watch finds: every class as the rules say (applied above)
+        expected = facts_data(with_nodes(cluster.nodes, rules), PriorityClassState(checked=True))
+        assert expected["pack"] and expected["priorityClasses"]
+        # the server creates the parameter once its kind is served, and fills it from its node watch (a server that
+        # found the kind not served asks again a minute later: cluster_facts.UNSERVED_RETRY_SECONDS)
+        eventually(lambda: plane.kubectl("get", "-n", webhooks.NAME, f"{PLURAL}/{FACTS}").returncode == 0,
+                   seconds=UNSERVED_RETRY_SECONDS + 30)
         eventually(lambda: cluster.api("GET", path).get("data") == expected)
 
         def worker(index: int) -> dict[str, Any]:

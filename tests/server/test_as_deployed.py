@@ -33,6 +33,7 @@ from webhook.config.rules_file import load_rules
 from webhook.core.rules import Rules, compile_rules
 from webhook.core.view.cluster_facts import NAME as FACTS
 from webhook.core.view.cluster_facts import PLURAL, facts_data
+from webhook.core.view.priority_state import PriorityClassState
 
 OVERLAYS = ("manifests", *sorted(f"manifests/overlays/{p.name}" for p in (RULES_FILE.parent.parent / "manifests"
                                                                           / "overlays").iterdir() if p.is_dir()))
@@ -348,7 +349,10 @@ def test_the_native_overlay_writes_the_nodes_facts_its_policies_read(rendered: d
         pod = start(rendered[overlay], tmp_path, kubeconfig=api.kubeconfig(tmp_path / "kubeconfig"),
                     api_port=api.server.server_address[1], rules=SHIPPED_TEXT)
         try:
-            expected = facts_data(with_nodes(gke_cluster(), load_rules_text(SHIPPED_TEXT)))
+            # the PriorityClasses' state as the server's watch finds them: each as the rules say (the base's)
+            shipped = load_rules_text(SHIPPED_TEXT)
+            expected = facts_data(with_nodes(gke_cluster(), shipped), PriorityClassState(checked=True))
+            assert expected["priorityClasses"] == ",ai-batch=as-rules,ai-hpo=as-rules,ai-inference=as-rules,ai-training=as-rules,"
             assert expected["pack.h100-80g"].endswith(f"{BLOCK}=32")
             eventually(lambda: (api.objects.get((PLURAL, home, FACTS)) or {}).get("data") == expected)
             assert api.objects[("leases", home, FACTS)]["spec"]["holderIdentity"]

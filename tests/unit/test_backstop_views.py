@@ -1,11 +1,10 @@
 """The backstop policy, evaluated with CEL's own C++ implementation, reads what the webhook reads.
 
-The API server evaluates the policy with cel-go. cel-rust (tests/unit/test_match_conditions.py) cannot parse the
-policy's optional types; cel-expr-python (the CEL project's binding of cel-cpp, with its optional-types extension,
-and RE2 as the API server's regular expressions) can, for every kind whose views need neither two-variable
-comprehensions (``transformList``, a cel-go extension cel-cpp's binding lacks) nor more than its parser's 32 levels
-of nesting. Those are skipped with the reason and left to tests/e2e/test_backstop.py, which runs the whole policy
-on a real API server; the builders' twins of KServe, the vLLM runtime and KubeVirt are among those evaluated here.
+The API server evaluates the policy with cel-go; `tests.support.cel_engine` evaluates it with cel-cpp and the
+Kubernetes libraries (RE2 as the API server's regular expressions). The views of every kind are read here, the
+builders' twins among them; a kind whose reader the engine cannot parse (more than its parser's 32 levels of
+nesting) is listed with the reason, and left to tests/e2e/test_backstop.py, which runs the whole policy on a real
+API server.
 """
 
 from __future__ import annotations
@@ -15,29 +14,23 @@ from typing import Any
 
 import pytest
 import yaml
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_optional, ext_strings
 
 from tests.conftest import ROOT, RULES_FILE
+from tests.support.cel_engine import CelError, evaluate
 from webhook.config.rules_file import load_rules
 from webhook.core import podview
 from webhook.core.workloads.kinds import KINDS, group_of, templates_of
-from webhook.generate import backstop
+from webhook.generate.cel.resources import device_test, is_accelerator
+from webhook.generate.cel.text import without_bind
+from webhook.generate.cel.views import EXPERIMENT, Views
 
 RULES = load_rules(RULES_FILE)
-ENV = cel.NewEnv(variables={"object": cel.Type.DYN, "n": cel.Type.DYN},
-                 extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()])
 # what cel-cpp's binding cannot evaluate, as it says so, and why
-UNSUPPORTED = {"No value with name": "two-variable comprehensions (transformList), a cel-go extension",
-               "recursion": "more than its parser's 32 levels of nesting"}
+UNSUPPORTED = {"recursion": "more than its parser's 32 levels of nesting"}
 
 OBJECTS = [(path, index, obj) for path in sorted((ROOT / "tests" / "manifests").rglob("*.yaml"))
            for index, obj in enumerate(d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict))
            if (group_of(str(obj.get("apiVersion", ""))), obj.get("kind")) in KINDS]
-
-
-def evaluate(expression: str, **data: Any) -> Any:
-    return ENV.compile(backstop.without_bind(expression), disable_check=True).eval(data=data).plain_value()
 
 
 def accelerators(spec: Any) -> frozenset[str]:
@@ -52,20 +45,18 @@ def accelerators(spec: Any) -> frozenset[str]:
 
 def views(obj: dict[str, Any]) -> list[dict[str, Any]]:
     group, kind = group_of(str(obj["apiVersion"])), str(obj["kind"])
-    if (group, kind) == backstop.EXPERIMENT:
-        pytest.skip("the policy reads an Experiment's trial through the trial's own kind, in two-variable "
-                    "comprehensions: tests/e2e/test_backstop.py runs it")
-    expression = backstop.Cel(RULES).kind_views(group, kind, "object")
+    if (group, kind) == EXPERIMENT:
+        pytest.skip("the policy reads an Experiment's trial through the trial's own kind (a variable of the policy): "
+                    "tests/e2e/test_backstop.py runs it")
+    expression = Views(RULES).kind_views(group, kind, "object")
     assert expression is not None
     try:
-        found = evaluate(expression, object=obj)
-    except RuntimeError as exc:  # what the binding cannot parse
-        found = str(exc)
-    if isinstance(found, str):  # an evaluation error comes back as the value
+        found = evaluate(without_bind(expression), object=obj)
+    except CelError as exc:  # what the binding cannot parse
         for said, why in UNSUPPORTED.items():
-            if said in found:
+            if said in str(exc):
                 pytest.skip(f"the views of {kind} need {why}")
-        raise AssertionError(found)
+        raise
     return list(found)
 
 
@@ -99,9 +90,8 @@ def test_the_builders_twins_are_evaluated() -> None:
 def test_the_policy_names_accelerators_and_devices_as_the_webhook_does(name: str) -> None:
     """`Rules.is_accelerator` and `Rules.device_resource` (a passthrough GPU or a vGPU type, and whether its name
     gives the memory), in the policy's CEL with RE2's regular expressions."""
-    rule = backstop.Rule(RULES)
     device = RULES.device_resource(name)
-    assert evaluate(rule.accelerator("n"), n=name) is RULES.is_accelerator(name)
-    assert evaluate(" || ".join(rule._device("n", d) for d in rule.devices), n=name) is (device is not None)
-    sized = [d for d in rule.devices if d[1]]
-    assert evaluate(" || ".join(rule._device("n", d) for d in sized), n=name) is bool(device and device[0].sized)
+    assert evaluate(is_accelerator(RULES, "n"), n=name) is RULES.is_accelerator(name)
+    assert evaluate(" || ".join(device_test("n", d) for d in RULES.device_resources), n=name) is (device is not None)
+    sized = [d for d in RULES.device_resources if d.sized]
+    assert evaluate(" || ".join(device_test("n", d) for d in sized), n=name) is bool(device and device[0].sized)

@@ -212,14 +212,12 @@ def test_backstop_overlay_adds_the_policy_and_its_bindings(base: list[dict[str, 
         in audit["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
 
 
-def test_native_overlay_adds_a_policy_per_class_the_tolerations_and_the_backstop(base: list[dict[str, Any]],
-                                                                               rules: Rules) -> None:
+def test_native_overlay_adds_one_mutating_policy_and_the_backstop(base: list[dict[str, Any]], rules: Rules) -> None:
+    """One MutatingAdmissionPolicy for every class and for every pod's GPU tolerations: one policy per pod."""
     objects = render("manifests/overlays/native")
     added = {(o["kind"], o["metadata"]["name"]) for o in objects} - {(o["kind"], o["metadata"]["name"]) for o in base}
-    for workload in rules.classes:
-        assert {("MutatingAdmissionPolicy", f"ai-admission-native-{workload}"),
-                ("MutatingAdmissionPolicyBinding", f"ai-admission-native-{workload}")} <= added
-    assert ("MutatingAdmissionPolicy", "ai-admission-native-tolerations") in added
+    assert {name for kind, name in added if kind == "MutatingAdmissionPolicy"} == {"ai-admission-native"}
+    assert {name for kind, name in added if kind == "MutatingAdmissionPolicyBinding"} == {"ai-admission-native"}
     assert ("ValidatingAdmissionPolicy", "ai-admission-gpu-model-and-memory") in added
 
 

@@ -1,10 +1,10 @@
-"""The pod a class policy judges whole (`webhook.generate.native_record`): the record it writes is the webhook's to
-the byte, each clause of its judgement turns it down for what the webhook would add or say, and the webhooks'
-condition leaves out only a pod that carries the policy's mark.
+"""The pod the native policy judges whole (`webhook.generate.native_record`): the record it writes is the webhook's
+to the byte, each clause of its judgement turns a pod down for what the webhook would add or say, and the
+webhooks' condition leaves out only a pod that carries the policy's mark.
 
-The CEL is evaluated here with cel-cpp's binding on the pod and the policy's other variables given as values; the
-variables themselves, and the whole judgement against the webhook's answers for every fixture and published pod,
-are tests/e2e/test_native.py's, through a real API server.
+Each pod goes through the admission chain emulated in-process (`tests.support.policy_chain`: the native set alone,
+its CEL evaluated by cel-cpp), on nodes that have its model (`tests.support.clusters.a100_cluster`); the webhook's
+own answer comes from the core.
 """
 
 from __future__ import annotations
@@ -14,23 +14,21 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_optional, ext_strings
 
+from tests.support.cel_engine import evaluate
+from tests.support.parity import CONTEXTS, NAMESPACE, Installations, installations, judged
+from tests.support.policy_chain import Outcome
 from webhook.core import names
-from webhook.core.admission import mutate_verdict
 from webhook.core.rules import Rules
 from webhook.generate import native, native_record
-from webhook.generate.backstop import without_bind
 
-ENV = cel.NewEnv(variables={"object": cel.Type.DYN, "variables": cel.Type.DYN, "request": cel.Type.DYN},
-                 extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()])
+A100 = next(c for c in CONTEXTS if c.name.startswith("A100"))
+NO_NODE = next(c for c in CONTEXTS if c.name == "no node known")
 
 
-def evaluate(expression: str, **data: Any) -> Any:
-    found = ENV.compile(without_bind(expression), disable_check=True).eval(data=data).plain_value()
-    assert not (isinstance(found, str) and found.startswith(("No ", "no such", "Unsupported"))), found
-    return found
+@pytest.fixture(scope="module")
+def setup(rules: Rules) -> Installations:
+    return installations(rules, A100)
 
 
 def course_pod(workload: str = "training", memory: str = "40Gi", gpus: int = 2) -> dict[str, Any]:
@@ -45,35 +43,29 @@ def course_pod(workload: str = "training", memory: str = "40Gi", gpus: int = 2) 
                                      "resources": {"limits": dict(resources), "requests": dict(resources)}}]}}
 
 
-def course_variables(gpus: int = 2) -> dict[str, Any]:
-    """The policy's other variables for `course_pod` on nodes that have the model (two zones, several hosts)."""
-    return {"countable": True, "synced": True, "model": "a100-80g", "card": ["85899345920", "8", "nvidia", "nvlink"],
-            "asked": ["nvidia.com/gpu"], "appGpus": [gpus], "initGpus": [], "gpus": gpus, "multiNode": 0, "pods": 0,
-            "shmTaken": False, "appLabel": ["app", "train"], "spreadKeys": ["kubernetes.io/hostname",
-                                                                            "topology.kubernetes.io/zone"]}
-
-
-def decided(rules: Rules, workload: str, pod: dict[str, Any], variables: dict[str, Any]) -> bool:
-    result = evaluate(native_record.decided(rules, workload, rules.classes[workload]), object=pod, variables=variables)
-    assert isinstance(result, bool), result
-    return result
+def natively(setup: Installations, pod: dict[str, Any]) -> Outcome:
+    return setup.native.create(pod, NAMESPACE)
 
 
 @pytest.mark.parametrize("memory", ["40Gi", "1536Mi", "1024Mi", "80Gi", "1Ti", "100Mi"])
 @pytest.mark.parametrize("workload", ["training", "inference", "hpo", "batch"])
-def test_the_record_is_the_webhooks_to_the_byte(rules: Rules, workload: str, memory: str) -> None:
+def test_the_record_is_the_webhooks_to_the_byte(setup: Installations, workload: str, memory: str) -> None:
     pod = course_pod(workload, memory)
-    webhook = {op["path"]: op["value"] for op in mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny").patch}
-    ours = evaluate(native_record.record(workload, rules.classes[workload]), object=pod,
-                    variables={**course_variables(), "decided": True})
-    assert ours == webhook["/metadata/annotations/ai-admission.io~1profile"]
-    assert evaluate(native_record.record(workload, rules.classes[workload]), object=pod,
-                    variables={**course_variables(), "decided": False}) == ""
+    webhook = setup.alone.create(pod, NAMESPACE)
+    ours = natively(setup, pod)
+    if memory in ("1Ti",):  # more than a card holds: the webhook denies it, and the policy judges nothing
+        assert not webhook.allowed and not judged(ours)
+        return
+    assert judged(ours), (workload, memory)
+    assert ours.pod["metadata"]["annotations"][names.PROFILE] == webhook.pod["metadata"]["annotations"][names.PROFILE]
 
 
-def test_the_course_pod_is_judged_whole(rules: Rules) -> None:
+def test_the_course_pod_is_judged_whole_and_costs_the_webhooks_no_call(setup: Installations) -> None:
     for workload in ("training", "inference", "hpo", "batch"):
-        assert decided(rules, workload, course_pod(workload), course_variables()), workload
+        pod = course_pod(workload)
+        assert judged(natively(setup, pod)), workload
+        both = setup.both.create(pod, NAMESPACE)
+        assert both.webhook_calls == 0 and both.allowed, workload
 
 
 def _privileged(pod: dict[str, Any]) -> None:
@@ -91,8 +83,11 @@ def _init_container(pod: dict[str, Any]) -> None:
                                                     "requests": {"memory": "1Gi", "cpu": "1"}}}]
 
 
-def _device_class(pod: dict[str, Any]) -> None:
-    pod["spec"]["containers"][0]["resources"]["limits"]["deviceclass.resource.kubernetes.io/example"] = "1"
+def _resource(name: str, amount: str) -> Any:
+    def change(pod: dict[str, Any]) -> None:
+        for part in ("limits", "requests"):
+            pod["spec"]["containers"][0]["resources"][part][name] = amount
+    return change
 
 
 def _set(path: tuple[str, ...], value: Any) -> Any:
@@ -101,15 +96,6 @@ def _set(path: tuple[str, ...], value: Any) -> Any:
         for key in path[:-1]:
             target = target.setdefault(key, {})
         target[path[-1]] = value
-    return change
-
-
-def _drop(path: tuple[str, ...]) -> Any:
-    def change(pod: dict[str, Any]) -> None:
-        target = pod
-        for key in path[:-1]:
-            target = target[key]
-        del target[path[-1]]
     return change
 
 
@@ -125,71 +111,97 @@ POD_CHANGES = {
     "a CDI annotation": _set(("metadata", "annotations", "cdi.k8s.io/gpu"), "nvidia.com/gpu=all"),
     "a container that asks for no GPU (the webhook voids it)": _sidecar,
     "an init container that asks for no GPU (the webhook voids it too)": _init_container,
-    "a DeviceClass's extended resource (the webhook warns of one it does not know)": _device_class,
+    "a DeviceClass's extended resource (the webhook warns of one it does not know)":
+        _resource("deviceclass.resource.kubernetes.io/example", "1"),
     "an instance type beside the model label": _set(("spec", "nodeSelector", "node.kubernetes.io/instance-type"),
                                                     "a2-ultragpu-8g"),
-}
-VARIABLE_CHANGES = {
-    "no nodes known": {"synced": False},
-    "a model the index lacks": {"model": "?"},
-    "a model no node has (the webhook warns)": {"card": []},
-    "more GPUs than a node holds": {"gpus": 16, "appGpus": [16]},
-    "two accelerators": {"asked": ["nvidia.com/gpu", "amd.com/gpu"]},
-    "another vendor's card": {"card": ["85899345920", "8", "amd", "infinity-fabric"]},
-    "an init container with GPUs": {"initGpus": [1]},
-    "a multi-node job (NCCL)": {"multiNode": 1},
-    "a GPU count CEL cannot read": {"countable": False},
+    "a model the index lacks": _set(("spec", "nodeSelector", "gpu-type"), "z9000"),
+    "a model no node has (the webhook warns)": _set(("spec", "nodeSelector", "gpu-type"), "t4-16g"),
+    "more GPUs than a node holds": _resource("nvidia.com/gpu", "16"),
+    "two accelerators": _resource("amd.com/gpu", "1"),
+    "another vendor's card": lambda pod: (pod["spec"]["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu"),
+                                          pod["spec"]["containers"][0]["resources"]["requests"].pop("nvidia.com/gpu"),
+                                          _resource("amd.com/gpu", "2")(pod)),
+    "an init container with GPUs": lambda pod: pod["spec"].__setitem__("initContainers", [
+        {"name": "warm", "image": "busybox:1.36", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]),
+    "a multi-node job (NCCL)": _set(("metadata", "annotations", names.MULTI_NODE), "true"),
+    "GPUs CEL cannot count (a share by memory)": lambda pod: (
+        pod["spec"]["containers"][0]["resources"]["limits"].pop("nvidia.com/gpu"),
+        pod["spec"]["containers"][0]["resources"]["requests"].pop("nvidia.com/gpu"),
+        _resource("aliyun.com/gpu-mem", "8")(pod)),
+    "no memory limit (the webhook warns of /dev/shm)": lambda pod: [
+        pod["spec"]["containers"][0]["resources"][part].pop("memory") for part in ("limits", "requests")],
+    "requests that differ from the limits": _resource("nvidia.com/gpu", "2") and (
+        lambda pod: pod["spec"]["containers"][0]["resources"]["requests"].__setitem__("nvidia.com/gpu", "1")),
 }
 
 
 @pytest.mark.parametrize("what", list(POD_CHANGES))
-def test_the_webhook_keeps_a_pod_it_would_add_to_or_judge(rules: Rules, what: str) -> None:
+def test_the_webhook_keeps_a_pod_it_would_add_to_or_judge(setup: Installations, what: str) -> None:
     pod = course_pod()
     POD_CHANGES[what](pod)
-    variables = {**course_variables(), "appGpus": [2] + [0] * (len(pod["spec"]["containers"]) - 1),
-                 "initGpus": [0] * len(pod["spec"].get("initContainers", []))}
-    assert not decided(rules, "training", pod, variables), what
+    assert not judged(natively(setup, pod)), what
+    assert setup.both.create(pod, NAMESPACE).webhook_calls > 0, what
 
 
-@pytest.mark.parametrize("what", list(VARIABLE_CHANGES))
-def test_the_webhook_keeps_a_pod_the_facts_do_not_vouch_for(rules: Rules, what: str) -> None:
-    assert not decided(rules, "training", course_pod(), {**course_variables(), **VARIABLE_CHANGES[what]}), what
+def test_with_no_node_known_no_pod_is_judged(rules: Rules) -> None:
+    outcome = installations(rules, NO_NODE).native.create(course_pod(), NAMESPACE)
+    assert outcome.allowed and not judged(outcome)
+    # but it gets what its class's settings give it
+    assert outcome.pod["spec"]["priorityClassName"] == "ai-training" and outcome.pod["spec"]["volumes"]
 
 
-def test_only_training_asks_for_guaranteed_qos_and_only_inference_for_every_spread_key(rules: Rules) -> None:
+def test_only_training_asks_for_guaranteed_qos_and_only_inference_for_every_spread_key(setup: Installations,
+                                                                                      rules: Rules) -> None:
     burstable = course_pod("training")
     del burstable["spec"]["containers"][0]["resources"]["requests"]["cpu"]
     burstable["spec"]["containers"][0]["resources"]["limits"].pop("cpu")
-    assert not decided(rules, "training", burstable, course_variables())  # the webhook warns: not Guaranteed
+    assert not judged(natively(setup, burstable))  # the webhook warns: not Guaranteed
     burstable["metadata"]["annotations"][names.WORKLOAD_TYPE] = "inference"
-    assert decided(rules, "inference", burstable, course_variables())
-    one_zone = {**course_variables(), "spreadKeys": ["kubernetes.io/hostname"]}  # the webhook warns of the zone
-    assert not decided(rules, "inference", burstable, one_zone)
-    assert decided(rules, "training", course_pod(), one_zone)
+    assert judged(natively(setup, burstable))
+    # H100 nodes of the cluster are all in one zone: the webhook warns that replicas are not spread over zones
+    one_zone = copy.deepcopy(burstable)
+    one_zone["spec"]["nodeSelector"] = {"gpu-type": "h100-80g"}
+    assert not judged(natively(setup, one_zone))
+    training = course_pod("training")
+    training["spec"]["nodeSelector"] = {"gpu-type": "h100-80g"}
+    assert judged(natively(setup, training))
 
 
 def test_no_policy_judges_where_the_webhook_has_more_to_say(rules: Rules) -> None:
     """A queueing backend's words, a class's pool tolerations, no record: the webhooks keep every pod."""
     unrecorded = replace(rules, mutation=replace(rules.mutation, record_profile=False))
     assert native.judging_classes(unrecorded) == [] and native.webhook_patch(unrecorded) == []
-    assert native.judging_classes(rules) == ["training", "inference", "hpo", "batch"]
+    assert native.judging_classes(rules) == ["batch", "hpo", "inference", "training"]
+    pooled = replace(rules, classes={**rules.classes, "batch": replace(rules.classes["batch"], mutate=replace(
+        rules.classes["batch"].mutate, tolerations=({"key": "pool", "operator": "Exists"},)))})
+    assert native.judging_classes(pooled) == ["hpo", "inference", "training"]
 
 
-def test_the_policy_writes_the_record_and_its_mark_and_removes_a_mark_it_did_not_write(rules: Rules) -> None:
+def test_the_policy_writes_the_record_and_its_mark_and_removes_a_mark_it_did_not_write(setup: Installations) -> None:
     """In its one JSON Patch: the API server evaluates each mutation's variables afresh against the pod the mutations
     before it left, and the judgement must see the pod as sent, not with the /dev/shm volume already added."""
-    policy, _ = native.class_policy(rules, "training")
-    (mutation,) = policy["spec"]["mutations"]
-    patch = mutation["jsonPatch"]["expression"]
-    assert "path: '/metadata/annotations/ai-admission.io~1profile', value: variables.record}" in patch
-    assert f"path: '/metadata/annotations/ai-admission.io~1judged-by', value: '{native_record.JUDGE}'}}" in patch
-    assert patch.endswith(f"({native_record.forged_patch()})")
-    assert [v["name"] for v in policy["spec"]["variables"]][-4:] == ["card", "gpus", "decided", "record"]
+    ours = natively(setup, course_pod()).pod["metadata"]["annotations"]
+    assert ours[names.JUDGED_BY] == native_record.JUDGE and ours[names.PROFILE].startswith('{"class":"training"')
+    forged = course_pod()
+    forged["metadata"]["annotations"][names.JUDGED_BY] = native_record.JUDGE
+    forged["metadata"]["annotations"][names.PREEMPTIBLE] = "true"  # not judged whole
+    outcome = natively(setup, forged)
+    assert native.POLICY in outcome.applied and names.JUDGED_BY not in outcome.pod["metadata"]["annotations"]
+    stale = course_pod()
+    stale["metadata"]["annotations"][names.PROFILE] = "{}"  # a record of another day is replaced, as the webhook does
+    assert natively(setup, stale).pod["metadata"]["annotations"][names.PROFILE] == ours[names.PROFILE]
+
+
+def _condition(rules: Rules) -> str:
+    """The mutating webhook's condition, as the native component leaves it."""
+    (expression,) = {c["expression"] for p in native.webhook_patch(rules) if p["kind"] == "MutatingWebhookConfiguration"
+                     for w in p["webhooks"] for c in w["matchConditions"] if c["name"] == "may-concern-ai-admission"}
+    return expression
 
 
 def test_the_webhooks_leave_out_only_a_pod_marked_by_its_class_policy(rules: Rules) -> None:
-    (condition,) = {c["expression"] for p in native.webhook_patch(rules) for w in p["webhooks"]
-                    for c in w["matchConditions"] if c["name"] == native_record.CONDITION_NAME}
+    condition = _condition(rules)
     request = {"resource": {"resource": "pods"}, "operation": "CREATE", "subResource": ""}
     marked = course_pod()  # as the class policy leaves it
     marked["metadata"]["annotations"][names.JUDGED_BY] = native_record.JUDGE
@@ -209,27 +221,29 @@ def test_the_webhooks_leave_out_only_a_pod_marked_by_its_class_policy(rules: Rul
 def test_a_hand_written_mark_never_skips_what_the_webhook_denies_of_others_business(rules: Rules, change: str) -> None:
     """Where the policy did not run, a mark written by hand: the pod still goes to the webhooks when it names a
     PriorityClass other than its class's (the webhook denies those not allowed) or takes resource claims."""
-    (condition,) = {c["expression"] for p in native.webhook_patch(rules) for w in p["webhooks"]
-                    for c in w["matchConditions"] if c["name"] == native_record.CONDITION_NAME}
     forged = course_pod()
     forged["metadata"]["annotations"][names.JUDGED_BY] = native_record.JUDGE
     forged["spec"]["priorityClassName"] = "ai-training" if change == "claims" else change
     if change == "claims":
         forged["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     request = {"resource": {"resource": "pods"}, "operation": "CREATE", "subResource": ""}
-    assert evaluate(condition, object=forged, request=request) is True
+    assert evaluate(_condition(rules), object=forged, request=request) is True
 
 
-def test_the_native_component_adds_the_condition_to_every_webhook_keeping_their_own(rules: Rules) -> None:
+def test_the_native_component_leads_every_webhooks_condition_with_the_judgement(rules: Rules) -> None:
+    """The judgement joined to the front of each entry's first condition: the API server evaluates every condition
+    of an entry, and a pod judged whole must not pay for the long one; the rest of each list as generated."""
     from webhook.generate.webhooks import webhook_configurations
 
     patch = native.webhook_patch(rules)
     generated = webhook_configurations(rules)
     assert [(p["kind"], p["metadata"]["name"]) for p in patch] == \
         [(c["kind"], c["metadata"]["name"]) for c in generated]
+    judged_natively = native_record.judged_natively({w: f"ai-{w}" for w in native.judging_classes(rules)})
     for patched, configuration in zip(patch, generated, strict=True):
         assert len(patched["webhooks"]) == len(configuration["webhooks"])
         for entry, webhook in zip(patched["webhooks"], configuration["webhooks"], strict=True):
-            assert entry["name"] == webhook["name"]
-            assert entry["matchConditions"][:-1] == webhook["matchConditions"]
-            assert entry["matchConditions"][-1]["name"] == native_record.CONDITION_NAME
+            (first, *rest) = webhook["matchConditions"]
+            assert entry["name"] == webhook["name"] and entry["matchConditions"][1:] == rest
+            assert entry["matchConditions"][0] == {
+                "name": first["name"], "expression": f"!({judged_natively})\n&& ({first['expression']})"}

@@ -15,7 +15,7 @@ A pod can be acted on only when one of these holds, so the condition is their di
 - it carries an ``ai-admission.io/`` annotation (the class, the model, the memory: hints, or bad hints);
 - it may take a path to a GPU that is not a request (a device variable, env from a ConfigMap or Secret that may
   hold one, a GPU RuntimeClass, privileged, a CDI annotation, a device-request mount, a hostPath, a DeviceClass's
-  implicit resource): `bypass_clauses`;
+  implicit resource): `webhook.generate.cel.paths.may_take_a_path`;
 - it could match a signal that does not require an accelerator: the signal's owner kinds, label keys (and
   values), env names, each as CEL; a signal with ``requiresAccelerator`` is covered by the first clause.
 
@@ -31,118 +31,30 @@ every pod, as without conditions.
 
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
-from webhook.core.dra.rules import DEVICE_CLASS_RESOURCE_PREFIX as DEVICE_CLASS
 from webhook.core.rules import EnvMatch, LabelMatch, OwnerMatch, Rules, Signal
+
+from .cel.paths import may_take_a_path
+from .cel.resources import asks_for_accelerator, shares_by_annotation
+from .cel.text import Untranslatable, cel_list, cel_regex, cel_string
 
 ANNOTATION_PREFIX = "ai-admission.io/"
 CONDITION_NAME = "may-concern-ai-admission"
-
-# Python regular-expression syntax RE2 does not have (https://github.com/google/re2/wiki/Syntax).
-_NOT_IN_RE2 = re.compile(r"\(\?[=!<>(]|\(\?P=|\\[1-9]|\\Z|\{,")
 
 _LABELS = "object.metadata.labels"
 _HAS_LABELS = f"has({_LABELS})"
 _OWNERS = "object.metadata.ownerReferences"
 
 
-class Untranslatable(ValueError):
-    """A part of the rules that CEL cannot express faithfully."""
-
-
-def cel_string(text: str) -> str:
-    """``text`` as a CEL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def cel_list(texts: Iterable[str]) -> str:
-    return "[" + ", ".join(cel_string(t) for t in sorted(texts)) + "]"
-
-
-def cel_regex(pattern: re.Pattern[str]) -> str:
-    """A pattern of the rules as the argument of CEL's ``matches``, or `Untranslatable`."""
-    if _NOT_IN_RE2.search(pattern.pattern):
-        raise Untranslatable(f"regular expression {pattern.pattern!r} uses syntax RE2 (CEL) does not have")
-    return cel_string(pattern.pattern)
-
-
 def _all_of(clauses: list[str]) -> str:
     return " && ".join(f"({c})" for c in clauses) if len(clauses) > 1 else clauses[0]
-
-
-_ALL_CONTAINERS = "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
-
-
-def caseless_regex(pattern: re.Pattern[str]) -> str:
-    """A pattern the rules match without case, for CEL's ``matches`` (RE2's ``(?i)``), or `Untranslatable`."""
-    cel_regex(pattern)
-    return cel_string("(?i)" + pattern.pattern)
-
-
-def accelerator_clause(rules: Rules) -> str:
-    """Some container (init containers too) names an accelerator resource in its requests or limits."""
-    resources = rules.gpu_resources | rules.dra.extended_resources  # DRA: deviceclass.resource.kubernetes.io/<class>
-    names = [f"r in {cel_list(resources)}"] if resources else []
-    if rules.mig_pattern is not None:
-        names.append(f"r.matches({cel_regex(rules.mig_pattern)})")
-    names += [f"r.matches({caseless_regex(d.pattern)})" for d in rules.device_resources]  # passthrough, vGPU types
-    if rules.unknown_accelerator_pattern is not None:  # a superset: the sharing parameters it matches are let through
-        names.append(f"r.matches({caseless_regex(rules.unknown_accelerator_pattern)})")
-    if not names:
-        return "false"
-    is_accelerator = " || ".join(names)
-    return (f"{_ALL_CONTAINERS}.exists(c, has(c.resources) && ("
-            f"(has(c.resources.limits) && c.resources.limits.exists(r, {is_accelerator})) || "
-            f"(has(c.resources.requests) && c.resources.requests.exists(r, {is_accelerator}))))")
 
 
 def claims_clause(rules: Rules) -> list[str]:
     """The pod takes DRA claims (whether they hold GPUs is known only to the webhook's watch of them)."""
     return ["has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0"] if rules.dra.device_classes \
         else []
-
-
-def share_annotation_clause(rules: Rules) -> list[str]:
-    """The pod carries an annotation of a sharing scheduler that hands out GPU shares (``gpu-fraction``)."""
-    keys = {key for share in rules.share_annotations for key in share.keys()}
-    if not keys:
-        return []
-    return [f"has(object.metadata.annotations) && {cel_list(keys)}.exists(k, k in object.metadata.annotations)"]
-
-
-def bypass_clauses(rules: Rules) -> list[str]:
-    """The pod may take a path to a GPU that is not a request (`webhook.core.bypasses.paths`): a device variable in an env,
-    a GPU RuntimeClass, a privileged container, a CDI annotation, a device-request mount, a hostPath (any: a
-    superset of the device paths), a DeviceClass's implicit resource."""
-    bypasses = rules.bypasses
-    if not bypasses.enabled:
-        return []
-    clauses = []
-    names = [*bypasses.visible_devices_env, *bypasses.other_env]
-    if names:
-        clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.env) && c.env.exists(e, e.name in {cel_list(names)}))")
-    if bypasses.visible_devices_env:  # a ConfigMap's or Secret's keys may name it: /mutate voids it (env_sources)
-        clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.envFrom) && c.envFrom.exists(f, has(f.configMapRef) || "
-                       f"has(f.secretRef)))")
-    if bypasses.runtime_classes:
-        clauses.append(f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName in "
-                       f"{cel_list(bypasses.runtime_classes)}")
-    clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.securityContext) && has(c.securityContext.privileged) && "
-                   f"c.securityContext.privileged)")
-    if bypasses.annotation_prefixes:
-        prefixes = " || ".join(f"k.startsWith({cel_string(p)})" for p in bypasses.annotation_prefixes)
-        clauses.append(f"has(object.metadata.annotations) && object.metadata.annotations.exists(k, {prefixes})")
-    if bypasses.device_request_mounts is not None:
-        clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, "
-                       f"m.mountPath.matches({cel_regex(bypasses.device_request_mounts)})))")
-    if bypasses.host_device_paths:
-        clauses.append("has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.hostPath))")
-    clauses.append(f"{_ALL_CONTAINERS}.exists(c, has(c.resources) && ("
-                   f"(has(c.resources.limits) && c.resources.limits.exists(r, r.startsWith({cel_string(DEVICE_CLASS)}))) || "
-                   f"(has(c.resources.requests) && c.resources.requests.exists(r, r.startsWith({cel_string(DEVICE_CLASS)})))))")
-    return clauses
 
 
 def annotation_clause() -> str:
@@ -212,7 +124,7 @@ def _owner_kinds_only(signal: Signal) -> list[str] | None:
 
 
 def signal_clauses(signals: Iterable[Signal]) -> list[str]:
-    """One clause per signal that does not require an accelerator (that one is covered by `accelerator_clause`),
+    """One clause per signal that does not require an accelerator (that one is covered by `asks_for_accelerator`),
     with the plain label-key and owner-kind signals folded into one clause each."""
     keys: list[str] = []
     kinds: list[str] = []
@@ -237,8 +149,8 @@ def pod_condition(rules: Rules) -> str | None:
     """The CEL expression that is true for every pod ai-admission may act on, one clause a line; None when the
     rules cannot be expressed in CEL (then no condition is set and every pod is sent)."""
     try:
-        clauses = [accelerator_clause(rules), *share_annotation_clause(rules), *claims_clause(rules),
-                   *bypass_clauses(rules), annotation_clause(),
+        clauses = [asks_for_accelerator(rules), *shares_by_annotation(rules), *claims_clause(rules),
+                   *may_take_a_path(rules), annotation_clause(),
                    *signal_clauses(rules.signals)]
     except Untranslatable:
         return None

@@ -1,308 +1,322 @@
-"""The common GPU pod admitted with no webhook: each class's mutations as a MutatingAdmissionPolicy, generated from
-the rules, beside the backstop's validation (`webhook.generate.backstop`).
+"""The common GPU pod admitted with no webhook: every class's mutations in one MutatingAdmissionPolicy, generated
+from the rules, beside the backstop's validation (`webhook.generate.backstop`).
 
 Every admission webhook is a network hop on the pod-creation path and a component that can be down. Kubernetes
 1.36 runs MutatingAdmissionPolicies (``admissionregistration.k8s.io/v1``) inside the API server, in CEL. This module
-writes one per workload class, for a pod that names its class by annotation (``ai-admission.io/workload-type``,
-the first thing the webhook reads) and asks for its GPUs in a way CEL can count: what `webhook.core.mutate` gives
-such a pod from the class's settings, and nothing the webhook would not give it.
+writes one, `POLICY`, for a pod that names its class by annotation (``ai-admission.io/workload-type``, the first
+thing the webhook reads) and asks for its GPUs in a way CEL can count: what `webhook.core.mutate` gives such a pod
+from its class's settings, and nothing the webhook would not give it. Each class's settings are CEL maps keyed by
+the class (``variables.cls``), and its writes are branches of one JSON Patch: one policy is dispatched for a pod,
+not one per class (each policy the API server dispatches costs a pod a conversion of itself and a match, measured
+in docs/contributors/benchmarks.md).
 
-What a class's policy writes, each mirroring the step of `webhook.core.mutate` named beside it:
+What the policy writes, each where the pod lacks it (the step of `webhook.core.mutate` it stands for beside it):
 
+- the GPU tolerations (`add_tolerations`): of the GPU taints the pod's nodes carry, from the nodes' facts the
+  server writes (`webhook.generate.native_placement`), else, while no node is known, of each accelerator it asks for;
+- placement (`add_topology`): a multi-node job packed into the narrowest topology level that holds it, replicas
+  spread over the keys their nodes have two values of, from the same facts;
 - the memory-backed ``/dev/shm`` volume and its mounts in the GPU containers, sized per GPU up to the class
   maximum and at most the rules' fraction of the pod's memory limit (`add_shm`, `_shm_size`);
-- the class's PriorityClass with its value and preemption policy, all three, when the pod names none
-  (`set_priority`: the Priority admission plugin has already run, and refuses a pod whose value disagrees);
+- the class's PriorityClass with its value and preemption policy, when the pod names none and the cluster has the
+  class as the rules say (`set_priority`; the facts say, and where the cluster's class differs, only its name);
 - the class label the webhook records, the class's own labels and annotations, and its run-time bound
-  (`record_profile`, `add_metadata`, `add_deadline`); each only where the pod has none;
-- the GPU tolerations (`add_tolerations`): of the GPU taints the pod's nodes carry, from the nodes' facts the
-  server writes (`native_placement`), else, while no node is known, of each accelerator the pod asks for;
-- placement (`add_topology`): a multi-node job packed into the narrowest topology level that holds it, replicas
-  spread over the keys their nodes have two values of, from the same facts (`native_placement`).
+  (`record_profile`, `add_metadata`, `add_deadline`);
+- where the pod is judged whole (`webhook.generate.native_record`, from the ledger: the webhook would add nothing
+  more and find nothing), the profile record and the mark that keeps the webhooks from being called.
 
-A class policy writes in one JSON Patch (`_mutations`): each write where the pod lacks it, with plain maps as
-values, never typed objects (one typed list in a JSON Patch value made a v1.36 API server panic on every pod create,
-in cel-go's ``ConvertToNative``). One mutation, not an apply configuration beside it: each mutation costs the API
-server a conversion of the pod and back, and an apply configuration a structured merge with the pod's schema on top.
-A pod a class policy takes gets its GPU tolerations there; the toleration policy of the set (`TOLERATIONS`) takes
-every other pod, so no pod pays for two policies. Where a pod is judged whole (`native_record`: the webhook would
-add nothing more and find nothing), the policy also writes the profile record, and the webhooks are not called.
+The values are plain maps, never typed objects (a typed list in a JSON Patch value made a v1.36 API server panic).
+A pod of no class that may ask for GPUs gets its GPU tolerations from the same policy: one policy for every pod.
+Before the server has first written the facts' object no pod is given anything by it (a policy whose parameter
+is not there is not run); from then on, with no node known yet, each accelerator's toleration, as the webhook
+gives it with no node watch.
 
-What stays the webhook's, and why: the profile record of a pod not judged whole; NCCL settings (the fabric of
-the pod's own requests and attachments, and the warnings when a fabric needs what the pod lacks); placement and
+What stays the webhook's, and why: the profile record of a pod not judged whole; NCCL settings; placement and
 tolerations of a pod whose model or job size CEL cannot read as the webhook does; a class's pool tolerations; a
 pod whose class comes from signals or shape, not the annotation; and a pod whose GPUs CEL cannot count as the
-webhook does (claims, shares by memory or annotation). Such a pod gets nothing from these policies (every write
-is guarded by ``variables.countable``) and everything from the webhook, which runs after them and adds only what
-is still missing (it never overwrites what a policy set, as it never overwrites the user). docs/admins/native.md
-says which path goes where.
+webhook does (claims, shares by memory or annotation). Such a pod gets nothing from this policy (every write is
+guarded by ``variables.countable``) and everything from the webhook, which runs after it and adds only what is
+still missing. docs/admins/native.md says which path goes where.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from webhook.core import names
-from webhook.core.patch import pointer
 from webhook.core.quantity import BINARY_UNITS
 from webhook.core.rules import ClassSettings, Rules
 from webhook.core.view import cluster_facts
 from webhook.core.view.cluster_facts import NAME as FACTS
 
 from . import native_record
-from .backstop import (
-    TOLERATIONS_PATCH,
-    Rule,
-    asked_names,
-    byte_quantity,
-    quantity_text,
-    toleration_policy,
-    toleration_variables,
-    with_limits_and_requests,
-    without_bind,
-)
 from .backstop import manifests as backstop_manifests
-from .match_conditions import cel_list, cel_string
-from .native_placement import (
-    fact_variables,
-    job_variables,
-    placement_patches,
-    placement_variables,
-    places,
-    plain_map,
-)
+from .backstop import toleration_policy
+from .cel import resources
+from .cel.memory import byte_quantity
+from .cel.resources import APP, INIT, asks_for_accelerator
+from .cel.text import add, cel_list, cel_string, plain_map, unbound
+from .cel.tolerations import TOLERATIONS_PATCH
+from .cel.tolerations import toleration_variables as general_tolerations
+from .native_placement import fact_variables, job_variables, placement_patches, placement_variables, places
 from .native_placement import toleration_variables as facts_tolerations
 from .webhooks import NAME as NAMESPACE
 from .webhooks import excluded_namespaces, webhook_configurations
 
 PREFIX = "ai-admission-native"
+POLICY = PREFIX  # the one mutating policy of the classes
 LABELS = {"app.kubernetes.io/name": "ai-admission", "app.kubernetes.io/component": "native"}
 SHM_PATH = "/dev/shm"
 MIB = BINARY_UNITS["Mi"]
+TOLERATIONS = f"{PREFIX}-tolerations"
 
 
-def policy_name(workload: str) -> str:
-    return f"{PREFIX}-{workload}"
+# -- which classes the policy writes for ----------------------------------------------------------------------
+
+def writes_anything(rules: Rules, settings: ClassSettings) -> bool:
+    """The class has a write the policy makes: /dev/shm, a PriorityClass, labels, annotations, a run-time bound,
+    placement, or the record."""
+    plan = settings.mutate
+    return bool(plan.shm is not None or settings.priority_class is not None or plan.labels or plan.annotations
+                or plan.active_deadline_seconds is not None or plan.pod_affinity is not None
+                or plan.topology_spread is not None or rules.mutation.record_profile)
 
 
-# -- CEL pieces -----------------------------------------------------------------------------------------------------
-
-def _counted_asks(rules: Rules, container: str) -> str:
-    """The counted resources (`_counted`) ``container`` asks for, as `Rule.asked` finds the accelerators."""
-    return with_limits_and_requests(f"{container}.?resources.orValue({{}})", asked_names(_counted(rules)))
+def native_classes(rules: Rules) -> dict[str, ClassSettings]:
+    """The classes the policy takes: every class with a write of its own."""
+    return {w: s for w, s in rules.classes.items() if writes_anything(rules, s)}
 
 
-def _gpus(rules: Rules, container: str) -> str:
-    """The GPUs ``container`` asks for, in a pod whose accelerators are all counted (``variables.countable``): the
-    limit, else the request, of each, summed."""
-    amounts = (f"({asked_names(_counted(rules))})"
-               f".map(n, quantity({quantity_text('n in li ? li[n] : rq[n]')}).asInteger())")
-    return with_limits_and_requests(f"{container}.?resources.orValue({{}})",
-                                    f"cel.bind(sv, {amounts}, size(sv) == 0 ? 0 : sv.sum())")
+def judging_classes(rules: Rules) -> list[str]:
+    """The classes whose pods the policy judges whole (`native_record`): the webhooks leave those pods out."""
+    return sorted(native_record.judging(rules, native_classes(rules)))
 
 
-def _counted_names(rules: Rules) -> str:
-    """The accelerators the pod's containers ask for, each once, in a countable pod: only the counted names need
-    testing, so the long accelerator test of the toleration policy's ``asked`` runs only for the other pods."""
-    every = "object.spec.containers + object.spec.?initContainers.orValue([])"
-    return (f"[dyn(({every}).map(c, {_counted_asks(rules, 'c')}.join(',')).join(',').split(','))]"
-            f".map(all, all.transformList(i, n, n != '' && all.indexOf(n) == i, n))[0]")
+def _reads_facts(rules: Rules, classes: Mapping[str, ClassSettings]) -> bool:
+    """The policy reads the nodes' facts: to place pods, to tolerate their nodes' GPU taints, to write a
+    PriorityClass as the cluster has it, or to judge a pod whole."""
+    return bool(places(classes) or rules.mutation.gpu_tolerations or native_record.judging(rules, classes)
+                or any(s.priority_class is not None for s in classes.values()))
 
 
-def _countable(rules: Rules, rule: Rule, container: str) -> str:
-    """Every accelerator ``container`` names is one the webhook counts in devices (`_counted`). The usual names
-    are let through first, so the long accelerator test runs only for the rest."""
-    plain = "(n in ['cpu', 'memory', 'ephemeral-storage'] || n.startsWith('hugepages-'))"
-    each = f"{plain} || {_counted(rules)} || !{rule.accelerator('n')}"
-    return with_limits_and_requests(f"{container}.?resources.orValue({{}})", f"li.all(n, {each}) && rq.all(n, {each})")
+# -- per-class constants as CEL maps ----------------------------------------------------------------------------
+
+def per_class(classes: Mapping[str, ClassSettings], value: Any) -> str:
+    """``{class: value(settings)}`` for the classes where ``value`` gives one (a CEL expression), read for the
+    pod's class: ``[]`` where its class has none."""
+    entries = [(w, value(s)) for w, s in sorted(classes.items())]
+    found = "{" + ", ".join(f"{cel_string(w)}: dyn({v})" for w, v in entries if v is not None) + "}"
+    return f"{found}[?variables.cls].orValue([])"
 
 
-def _counted(rules: Rules) -> str:
-    """``n`` is a resource the webhook counts in whole devices and CEL can too: a listed GPU resource that is not
-    a share of memory, or a MIG slice. Any other accelerator (shares, a device class's, one that only looks like a
-    GPU) leaves the pod to the webhook."""
-    devices = sorted(r for r in rules.gpu_resources if r not in rules.share_resources)
-    tests = [f"n in {cel_list(devices)}"] if devices else []
-    if rules.mig_pattern is not None:
-        tests.append(f"n.matches({cel_string(rules.mig_pattern.pattern)})")
-    return "(" + " || ".join(tests or ["false"]) + ")"
-
-
-def _share_annotations(rules: Rules) -> list[str]:
-    return sorted({key for share in rules.share_annotations for key in share.keys()})
-
-
-def _variables(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, str]]:
-    rule = Rule(rules)
-    app = "object.spec.containers"
-    init = "object.spec.?initContainers.orValue([])"
-    shares = _share_annotations(rules)
-    no_share_notes = (f" && !{cel_list(shares)}.exists(k, k in object.metadata.?annotations.orValue({{}}))"
-                      if shares else "")
-    variables = [
-        # the pod's accelerators can be counted as the webhook counts them (else this policy leaves it alone)
-        {"name": "countable",
-         "expression": without_bind(f"({app} + {init}).all(c, {_countable(rules, rule, 'c')}) && "
-                                    f"size(object.spec.?resourceClaims.orValue([])) == 0{no_share_notes}")},
-    ]
-    recording = native_record.records(rules, settings)
-    if _reads_facts(rules, settings):
-        variables += fact_variables(rules)
-    if rules.mutation.gpu_tolerations:
-        asked, _ = toleration_variables(rules)
-        general = asked["expression"]
-        variables += [{"name": "asked",
-                       "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : {general}"},
-                      *facts_tolerations(rules)]
-    elif recording:
-        variables.append({"name": "asked", "expression": f"variables.countable ? {without_bind(_counted_names(rules))} : []"})
+def _shm(settings: ClassSettings) -> str | None:
     shm = settings.mutate.shm
-    if shm is not None or places(settings) or recording:
+    return None if shm is None else f"[{float(shm.per_gpu)}, {float(shm.max)}, {float(shm.without_memory_limit)}]"
+
+
+def _priority(settings: ClassSettings) -> str | None:
+    p = settings.priority_class
+    return None if p is None else f"[dyn({cel_string(p.name)}), dyn({p.value}), dyn({cel_string(p.preemption_policy)})]"
+
+
+def _pairs(entries: Mapping[str, str]) -> str:
+    return "[" + ", ".join(f"[{cel_string(k)}, {cel_string(v)}]" for k, v in entries.items()) + "]"
+
+
+# -- the variables -----------------------------------------------------------------------------------------------
+
+def _variables(rules: Rules, classes: Mapping[str, ClassSettings]) -> list[dict[str, str]]:
+    share_notes = sorted({key for share in rules.share_annotations for key in share.keys()})
+    no_share_notes = (f" && !{cel_list(share_notes)}.exists(k, k in object.metadata.?annotations.orValue({{}}))"
+                      if share_notes else "")
+    variables = [
+        {"name": "cls", "expression": f"object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}].orValue('')"},
+        {"name": "asks", "expression": resources.counted_asks_of_every(rules)},
+        {"name": "counted", "expression": resources.counted_names(rules, "variables.asks")},
+        # the pod's accelerators can be counted as the webhook counts them, and are of one resource (the webhook's
+        # effective request is per resource; else this policy leaves the pod alone)
+        {"name": "countable",
+         "expression": f"size(variables.counted) <= 1 && {resources.EVERY}.all(c, {resources.countable(rules, 'c')}) && "
+                       f"size(object.spec.?resourceClaims.orValue([])) == 0{no_share_notes}"},
+    ]
+    judged = native_record.judging(rules, classes)
+    if _reads_facts(rules, classes):
+        variables += fact_variables(rules)
+        variables.append({"name": "priorityState", "expression": native_record.priority_state(classes)})
+    if rules.mutation.gpu_tolerations:
+        asked, _ = general_tolerations(rules)
+        variables += [{"name": "asked",
+                       "expression": f"variables.countable ? variables.counted : {asked['expression']}"},
+                      *facts_tolerations(classes)]
+    elif judged:
+        variables.append({"name": "asked",
+                          "expression": "variables.countable ? variables.counted : []"})
+    shm_classes = any(s.mutate.shm is not None for s in classes.values())
+    if shm_classes or places(classes) or judged:
+        # each container's GPUs, of the counted resources its asks name (read once, in `asks`)
         variables += [
-            {"name": "appGpus", "expression": without_bind(f"{app}.map(c, {_gpus(rules, 'c')})")},
-            {"name": "initGpus", "expression": without_bind(f"{init}.map(c, {_gpus(rules, 'c')})")},
+            {"name": "appGpus", "expression": f"lists.range(size({APP})).map(i, "
+                                              f"{resources.amounts(f'{APP}[i]', 'variables.asks[i]')})"},
+            {"name": "initGpus", "expression": f"lists.range(size({INIT})).map(i, "
+                                               f"{resources.amounts(f'{INIT}[i]', f'variables.asks[size({APP}) + i]')})"},
         ]
-    if shm is not None:
-        volume = rules.mutation.shm_volume_name
-        mounts_shm = (f"c.?volumeMounts.orValue([]).exists(m, m.?mountPath.orValue('') == '{SHM_PATH}' || "
-                      f"m.?mountPath.orValue('') == '{SHM_PATH}/')")
-        every_app = "true" if rules.mutation.shm_in_all_containers else "variables.appGpus[i] > 0"
-        sidecar = "c.?restartPolicy.orValue('') == 'Always'"
-        # the effective request: app containers and sidecars together, against the largest regular init container
-        app_gpus = (f"cel.bind(av, variables.appGpus + {init}.transformList(i, c, {sidecar}, variables.initGpus[i]), "
-                    f"av.sum())")
-        init_gpus = (f"cel.bind(iv, {init}.transformList(i, c, !({sidecar}), variables.initGpus[i]), "
-                     f"size(iv) == 0 ? 0 : iv.max())")
-        memory = "object.spec.?resources.?limits.?memory"
-        every = f"({app} + {init}.filter(c, {sidecar}))"
-        containers_memory = (f"cel.bind(ms, {every}.map(c, string(c.?resources.?limits.?memory.orValue(''))), "
-                             f"ms.all(m, isQuantity(m)) ? ms.map(m, quantity(m).asApproximateFloat()).sum() : -1.0)")
-        limit = (f"{memory}.hasValue() && isQuantity(string({memory}.value())) ? "
-                 f"quantity(string({memory}.value())).asApproximateFloat() : {containers_memory}")
-        fraction = float(rules.mutation.max_shm_fraction_of_memory_limit)
-        size = (f"cel.bind(lim, {limit}, cel.bind(ga, {app_gpus}, cel.bind(gi, {init_gpus}, "
-                f"cel.bind(g, ga > gi ? ga : gi, lim < 0.0 ? {float(shm.without_memory_limit)} : "
-                f"[{float(shm.per_gpu)} * double(g > 1 ? g : 1), {float(shm.max)}, lim * {fraction}].min()))))")
-        whole = f"cel.bind(sz, {size}, sz >= {float(MIB)} ? int(sz / {float(MIB)}) * {MIB} : int(sz))"
-        variables += [
-            {"name": "shmTargets",
-             "expression": f"{app}.transformList(i, c, ({every_app}) && !{mounts_shm}, i)"},
-            {"name": "shmInit",
-             "expression": f"{init}.transformList(i, c, variables.initGpus[i] > 0 && !{mounts_shm}, i)"},
-            {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
-            {"name": "shmSize", "expression": without_bind(f"cel.bind(b, {whole}, {byte_quantity('b')})")},
-        ]
-    variables += placement_variables(rules, workload, settings)
-    if recording:
-        if not places(settings):
-            variables += job_variables(rules, workload)
-        variables += native_record.variables(rules, workload, settings)
-    return variables
+    if shm_classes:
+        variables += _shm_variables(rules, classes)
+    variables += placement_variables(rules, classes)
+    if judged:
+        if not places(classes):
+            variables += job_variables(rules)
+        variables += native_record.variables(rules, classes)
+    return unbound(variables)
 
 
-def _reads_facts(rules: Rules, settings: ClassSettings) -> bool:
-    """The class's policy reads the nodes' facts: to place pods, to tolerate its nodes' GPU taints, or to judge a
-    pod whole."""
-    return places(settings) or rules.mutation.gpu_tolerations or native_record.records(rules, settings)
+def shm_suffixes(classes: Mapping[str, ClassSettings]) -> tuple[str, ...]:
+    """The binary suffixes a /dev/shm size can take: no larger than the largest class maximum (a size is never
+    more)."""
+    largest = max((s.mutate.shm.max for s in classes.values() if s.mutate.shm is not None), default=0)
+    return tuple(suffix for suffix, unit in BINARY_UNITS.items() if unit <= largest)
 
 
-def _when(condition: str, value: str) -> str:
-    """An optional field or entry: set to ``value`` where ``condition`` holds, else left out."""
-    return f"{condition} ? optional.of({value}) : optional.none()"
+def _shm_variables(rules: Rules, classes: Mapping[str, ClassSettings]) -> list[dict[str, str]]:
+    """The /dev/shm size of `webhook.core.mutate._shm_size` and the containers that get the mount."""
+    volume = rules.mutation.shm_volume_name
+    mounts_shm = (f"c.?volumeMounts.orValue([]).exists(m, m.?mountPath.orValue('') == '{SHM_PATH}' || "
+                  f"m.?mountPath.orValue('') == '{SHM_PATH}/')")
+    every_app = "true" if rules.mutation.shm_in_all_containers else "variables.appGpus[i] > 0"
+    sidecar = "c.?restartPolicy.orValue('') == 'Always'"
+    init = INIT
+    # the effective request: app containers and sidecars together, against the largest regular init container
+    # (most pods have no init container: their effective request is the app containers')
+    app_gpus = (f"size({init}) == 0 ? variables.appGpus.sum() : variables.appGpus.sum() + lists.range(size({init}))"
+                f".filter(i, cel.bind(c, {init}[i], {sidecar})).map(i, variables.initGpus[i]).sum()")
+    init_gpus = (f"size({init}) == 0 ? 0 : cel.bind(iv, lists.range(size({init})).filter(i, cel.bind(c, {init}[i], "
+                 f"!({sidecar}))).map(i, variables.initGpus[i]), size(iv) == 0 ? 0 : iv.max())")
+    memory = "object.spec.?resources.?limits.?memory"
+    every = f"({APP} + {init}.filter(c, {sidecar}))"
+    containers_memory = (f"cel.bind(ms, {every}.map(c, string(c.?resources.?limits.?memory.orValue(''))), "
+                         f"ms.all(m, isQuantity(m)) ? ms.map(m, quantity(m).asApproximateFloat()).sum() : -1.0)")
+    limit = (f"{memory}.hasValue() && isQuantity(string({memory}.value())) ? "
+             f"quantity(string({memory}.value())).asApproximateFloat() : {containers_memory}")
+    fraction = float(rules.mutation.max_shm_fraction_of_memory_limit)
+    size = (f"cel.bind(lim, variables.shmLimit, cel.bind(ga, {app_gpus}, cel.bind(gi, {init_gpus}, "
+            f"cel.bind(g, ga > gi ? ga : gi, "
+            f"[double(variables.shm[0]) * double(g > 1 ? g : 1), double(variables.shm[1]), double(lim) * {fraction}].min()))))")
+    whole = f"cel.bind(sz, {size}, sz >= {float(MIB)} ? int(sz / {float(MIB)}) * {MIB} : int(sz))"
+    return [
+        {"name": "shm", "expression": per_class(classes, _shm)},
+        {"name": "shmTargets",
+         "expression": f"lists.range(size({APP})).filter(i, cel.bind(c, {APP}[i], ({every_app}) && !{mounts_shm}))"},
+        {"name": "shmInit",
+         "expression": f"lists.range(size({init})).filter(i, cel.bind(c, {init}[i], variables.initGpus[i] > 0 && "
+                       f"!{mounts_shm}))"},
+        {"name": "shmTaken", "expression": f"object.spec.?volumes.orValue([]).exists(v, v.name == '{volume}')"},
+        # the pod's memory limit (-1: none; the webhook then sizes /dev/shm by the class's default and says so, which
+        # it would not if the volume were there already: such a pod's /dev/shm is the webhook's)
+        {"name": "shmLimit", "expression": limit},
+        {"name": "shmSize", "expression": f"size(variables.shm) == 3 && variables.shmLimit >= 0.0 ? "
+                                          f"cel.bind(b, {whole}, {byte_quantity('b', shm_suffixes(classes))}) : ''"},
+    ]
 
 
-def _add(path: str, value: str) -> str:
-    """A JSON Patch ``add`` of ``value`` at ``path`` (a CEL expression), as CEL writes it."""
-    return f"JSONPatch{{op: 'add', path: {path}, value: {value}}}"
+# -- the writes --------------------------------------------------------------------------------------------------
 
-
-def _metadata_ops(kind: str, entries: list[tuple[str, str, str]]) -> str:
-    """The ``add`` operations of ``entries`` (key, condition, value) to the pod's labels or annotations: the whole
-    map where the pod has none, else one key at a time (an ``add`` of a key the pod has replaces its value)."""
-    whole = "{" + ", ".join(f"?{cel_string(k)}: {_when(c, v)}" for k, c, v in entries) + "}"
-    each = " + ".join(f"({c} ? [{_add(cel_string(pointer(('metadata', kind, k))), v)}] : [])" for k, c, v in entries)
-    return (f"!has(object.metadata.{kind}) ? cel.bind(mm, {whole}, size(mm) == 0 ? [] : "
-            f"[{_add(cel_string(pointer(('metadata', kind))), 'mm')}]) : ({each})")
+def _metadata_ops(kind: str, pairs: str, replacing: str = "[]") -> str:
+    """``add`` operations of ``pairs`` (a CEL list of [key, value]) to the pod's labels or annotations, each where
+    the pod has none of that key, and of ``replacing`` whatever the pod has; the map first where the pod has none."""
+    present = f"object.metadata.?{kind}.orValue({{}})"
+    at = cel_string(f'/metadata/{kind}/') + " + jsonpatch.escapeKey(p[0])"
+    each = f"wanted.filter(p, !(p[0] in {present})).map(p, {add(at, 'p[1]')}) + replaced.map(p, {add(at, 'p[1]')})"
+    first = (f"!has(object.metadata.{kind}) && size(wanted) + size(replaced) > 0 ? "
+             f"[{add(cel_string(f'/metadata/{kind}'), '{}')}] : []")
+    return f"cel.bind(wanted, {pairs}, cel.bind(replaced, {replacing}, ({first}) + {each}))"
 
 
 def _shm_ops(rules: Rules) -> str:
     """The memory-backed volume, and its mount in each target container (`variables.shmTargets`, `shmInit`: their
-    indices), where the pod has neither: plain maps, never typed objects, in a JSON Patch value."""
+    indices), where the pod has neither."""
     name = rules.mutation.shm_volume_name
     volume = plain_map(name=cel_string(name), emptyDir="{'medium': 'Memory', 'sizeLimit': variables.shmSize}")
     mount = plain_map(name=cel_string(name), mountPath=cel_string(SHM_PATH))
 
     def mounts(kind: str, targets: str) -> str:
         at = f"'/spec/{kind}/' + string(i) + '/volumeMounts'"
-        return (f"{targets}.map(i, has(object.spec.{kind}[i].volumeMounts) ? {_add(at + ' + ' + cel_string('/-'), mount)}"
-                f" : {_add(at, f'[{mount}]')})")
+        return (f"{targets}.map(i, has(object.spec.{kind}[i].volumeMounts) ? {add(at + ' + ' + cel_string('/-'), mount)}"
+                f" : {add(at, f'[{mount}]')})")
 
-    wanted = "variables.countable && !variables.shmTaken && size(variables.shmTargets) + size(variables.shmInit) > 0"
-    return (f"{wanted} ? [has(object.spec.volumes) ? {_add(cel_string('/spec/volumes/-'), volume)} : "
-            f"{_add(cel_string('/spec/volumes'), f'[{volume}]')}] + {mounts('initContainers', 'variables.shmInit')} + "
+    wanted = ("variables.countable && size(variables.shm) == 3 && !variables.shmTaken && variables.shmLimit >= 0.0 && "
+              "size(variables.shmTargets) + size(variables.shmInit) > 0")
+    return (f"{wanted} ? [has(object.spec.volumes) ? {add(cel_string('/spec/volumes/-'), volume)} : "
+            f"{add(cel_string('/spec/volumes'), f'[{volume}]')}] + {mounts('initContainers', 'variables.shmInit')} + "
             f"{mounts('containers', 'variables.shmTargets')} : []")
 
 
-def _mutations(rules: Rules, workload: str, settings: ClassSettings) -> list[dict[str, Any]]:
-    """One JSON Patch with every write of the class, each where the pod lacks it: the GPU tolerations, placement,
-    ``/dev/shm``, the priority, the run-time bound, the labels and annotations (the record and its mark where the
-    pod is judged whole), and the removal of a mark the policy did not write.
+def _priority_ops(classes: Mapping[str, ClassSettings]) -> str:
+    """The class's PriorityClass with its value and preemption policy (the Priority admission plugin has already
+    resolved the pod's: an add replaces them), where the pod names none and the cluster has the class as the rules
+    say (the facts' PriorityClasses: `webhook.generate.native_record.priority_state`). Where it lacks the class or
+    holds it with another value, the webhook sets what it sets and says why: the policy writes nothing."""
+    chosen = per_class(classes, _priority)
+    named = ("variables.countable && object.spec.?priorityClassName.orValue('') == '' && size(pc) == 3 && "
+             "variables.priorityState == 'as-rules'")
+    full = (f"[{add(cel_string('/spec/priorityClassName'), 'pc[0]')}, {add(cel_string('/spec/priority'), 'pc[1]')}, "
+            f"{add(cel_string('/spec/preemptionPolicy'), 'pc[2]')}]")
+    return f"cel.bind(pc, {chosen}, {named} ? {full} : [])"
 
-    One mutation, not one per kind of write: the API server converts the pod and back for each mutation, merges an
-    apply configuration with the typed pod's schema (structured merge, the larger cost), and evaluates each
-    mutation's variables afresh against the pod the mutations before it left (the judgement of the pod must see it
-    as sent). The values are plain maps, never typed objects (a typed list in a JSON Patch value made a v1.36 API
-    server panic on every pod create)."""
-    plan = settings.mutate
+
+def _mutations(rules: Rules, classes: Mapping[str, ClassSettings]) -> list[dict[str, Any]]:
+    """One JSON Patch with every write, each where the pod lacks it: the GPU tolerations, placement, ``/dev/shm``,
+    the priority, the run-time bound, the labels and annotations (the record and its mark where the pod is judged
+    whole), and the removal of a mark the policy did not write.
+
+    One mutation, not one per kind of write: each mutation costs the API server an activation (the pod converted
+    for CEL), an encoding of the pod, a strict decoding and defaulting, and evaluates its variables afresh against
+    the pod the mutations before it left (the judgement must see the pod as sent)."""
     ops: list[str] = []
     if rules.mutation.gpu_tolerations:
         ops.append(TOLERATIONS_PATCH)
-    placing = placement_patches(rules, settings)
-    ops += placing
-    own: list[str] = []
-    if plan.shm is not None:
-        own.append(_shm_ops(rules))
-    priority = settings.priority_class
-    if priority is not None:
-        unnamed = "variables.countable && object.spec.?priorityClassName.orValue('') == ''"
-        # all three: the Priority admission plugin has already resolved the pod's (an add replaces them)
-        own.append(f"{unnamed} ? [{_add(cel_string('/spec/priorityClassName'), cel_string(priority.name))}, "
-                   f"{_add(cel_string('/spec/priority'), str(priority.value))}, "
-                   f"{_add(cel_string('/spec/preemptionPolicy'), cel_string(priority.preemption_policy))}] : []")
-    if plan.active_deadline_seconds is not None:
-        own.append(f"variables.countable && !has(object.spec.activeDeadlineSeconds) ? "
-                   f"[{_add(cel_string('/spec/activeDeadlineSeconds'), str(plan.active_deadline_seconds))}] : []")
-    labels = dict(plan.labels)
+    ops += placement_patches(classes)
+    if any(s.mutate.shm is not None for s in classes.values()):
+        ops.append(_shm_ops(rules))
+    if any(s.priority_class is not None for s in classes.values()):
+        ops.append(_priority_ops(classes))
+    deadlines = {w: s.mutate.active_deadline_seconds for w, s in classes.items()
+                 if s.mutate.active_deadline_seconds is not None}
+    if deadlines:
+        ops.append(f"cel.bind(ds, {per_class(classes, lambda s: s.mutate.active_deadline_seconds)}, "
+                   f"variables.countable && type(ds) == int && !has(object.spec.activeDeadlineSeconds) ? "
+                   f"[{add(cel_string('/spec/activeDeadlineSeconds'), 'ds')}] : [])")
+    judged = native_record.judging(rules, classes)
+
+    def labels(s: ClassSettings) -> str:
+        return _pairs(dict(s.mutate.labels))
+
+    label_pairs = per_class(classes, labels)
     if rules.mutation.record_profile:
-        labels = {names.WORKLOAD_TYPE: workload, **labels}
-    recording = native_record.records(rules, settings)
-    for kind, values in (("labels", labels), ("annotations", dict(plan.annotations))):
-        present = f"object.metadata.?{kind}.orValue({{}})"
-        entries = [(k, f"variables.countable && !({cel_string(k)} in {present})", cel_string(v)) for k, v in values.items()]
-        if recording and kind == "annotations":
-            entries += native_record.record_entries()
-        if entries:
-            own.append(_metadata_ops(kind, entries))
-    if not own and not placing:
-        return []  # the toleration policy of the set takes the class's pods
-    ops += own
-    if recording:
+        label_pairs = f"[[dyn({cel_string(names.WORKLOAD_TYPE)}), dyn(variables.cls)]] + {label_pairs}"
+    ops.append(_metadata_ops("labels", f"variables.countable && variables.cls in {cel_list(classes)} ? "
+                                       f"{label_pairs} : []"))
+    notes = f"(variables.countable ? {per_class(classes, lambda s: _pairs(dict(s.mutate.annotations)))} : [])"
+    if judged:
+        # the record and the mark replace what the pod was sent with, as the webhook replaces a record
+        record = (f"(variables.record != '' ? [[dyn({cel_string(names.PROFILE)}), dyn(variables.record)], "
+                  f"[dyn({cel_string(names.JUDGED_BY)}), dyn({cel_string(native_record.JUDGE)})]] : [])")
+        ops.append(_metadata_ops("annotations", notes, replacing=record))
+    else:
+        ops.append(_metadata_ops("annotations", notes))
+    if judged:
         ops.append(native_record.forged_patch())
     expression = " + ".join(f"({op})" for op in ops)
-    return [{"patchType": "JSONPatch", "jsonPatch": {"expression": without_bind(expression)}}]
+    return [{"patchType": "JSONPatch", "jsonPatch": {"expression": unbound([{"expression": expression}])[0]["expression"]}}]
 
 
-def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[str, Any]] | None = None,
-                 ) -> list[dict[str, Any]]:
-    """The MutatingAdmissionPolicy of one class and its binding; empty when the class changes nothing natively."""
-    settings = rules.classes[workload]
-    mutations = _mutations(rules, workload, settings)
-    if not mutations:
+def class_policy(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy of the classes and its binding; empty when no class writes anything."""
+    classes = native_classes(rules)
+    if not classes:
         return []
-    name = policy_name(workload)
     policy: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": LABELS},
+        "metadata": {"name": POLICY, "labels": LABELS},
         "spec": {
             # a convenience, like the webhook's own failurePolicy: an error admits the pod as it came
             "failurePolicy": "Ignore",
@@ -311,18 +325,22 @@ def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[s
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                                                     "operations": ["CREATE"], "resources": ["pods"]}],
                                  "matchPolicy": "Equivalent"},
-            "matchConditions": [{"name": "names-its-class",
+            # the pods it writes for: those of a class, and those that may ask for GPUs (their tolerations)
+            "matchConditions": [{"name": "names-a-native-class-or-asks-for-accelerators",
                                  "expression": f"object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}]"
-                                               f".orValue('') == {cel_string(workload)}"}],
-            "variables": _variables(rules, workload, settings),
-            "mutations": mutations,
+                                               f".orValue('') in {cel_list(classes)}"
+                                               + (f" || {asks_for_accelerator(rules)}" if rules.mutation.gpu_tolerations
+                                                  else "")}],
+            "variables": _variables(rules, classes),
+            "mutations": _mutations(rules, classes),
         },
     }
-    binding: dict[str, Any] = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
-               "metadata": {"name": name, "labels": LABELS},
-               "spec": {"policyName": name, "matchResources": {"namespaceSelector": {
-                   "matchExpressions": [excluded_namespaces(), *(namespace_expressions or [])]}}}}
-    if _reads_facts(rules, settings):
+    binding: dict[str, Any] = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY, "labels": LABELS},
+        "spec": {"policyName": POLICY, "matchResources": {"namespaceSelector": {
+            "matchExpressions": [excluded_namespaces(), *(namespace_expressions or [])]}}}}
+    if _reads_facts(rules, classes):
         # the nodes' facts the server writes (`webhook.core.view.cluster_facts`); a policy whose parameter is not
         # there (yet) is not run at all (parameterNotFoundAction), and the webhook then does all of it
         policy["spec"]["paramKind"] = {"apiVersion": f"{cluster_facts.GROUP}/{cluster_facts.VERSION}",
@@ -331,48 +349,47 @@ def class_policy(rules: Rules, workload: str, namespace_expressions: list[dict[s
     return [policy, binding]
 
 
-TOLERATIONS = f"{PREFIX}-tolerations"
-
-
 def policies(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """`ai-admission manifests native`: every class's policy, and the GPU toleration policy for the pods no class
-    policy takes (a class policy writes its pods' tolerations in its own merge: one policy per pod, not two)."""
-    found: list[dict[str, Any]] = []
-    for workload in rules.classes:
-        found += class_policy(rules, workload, namespace_expressions)
-    taken = [w for w in rules.classes if class_policy(rules, w)]
-    unless = {"name": "names-no-native-class",
-              "expression": f"!(object.metadata.?annotations[?{cel_string(names.WORKLOAD_TYPE)}].orValue('') in "
-                            f"{cel_list(taken)})"}
-    # the parameter's kind; the server creates the object, and writes the nodes' facts to it
-    facts = [cluster_facts.crd()] if any(_reads_facts(rules, s) for s in rules.classes.values()) else []
-    return [*facts, *found, *toleration_policy(rules, namespace_expressions, name=TOLERATIONS, unless=unless)]
+    """`ai-admission manifests native`: the one mutating policy, and the kind of its parameter (the server creates
+    the object and writes the nodes' facts to it). It gives every pod that may ask for GPUs its GPU tolerations, as
+    the webhook does, from the facts: one policy per pod. Where no class writes anything, the GPU toleration
+    policy of the backstop-tolerations component instead (`webhook.generate.backstop.toleration_policy`)."""
+    found = class_policy(rules, namespace_expressions)
+    if not found:
+        return toleration_policy(rules, namespace_expressions, name=TOLERATIONS)
+    facts = [cluster_facts.crd()] if _reads_facts(rules, native_classes(rules)) else []
+    return [*facts, *found]
 
 
 def _priority_class(rules: Rules, workload: str) -> str:
-    """The PriorityClass a class's policy writes ('' where it writes none: a pod then names none)."""
+    """The PriorityClass the policy writes for a class ('' where it writes none: a pod then names none)."""
     priority = rules.classes[workload].priority_class
     return priority.name if priority is not None else ""
 
 
-def judging_classes(rules: Rules) -> list[str]:
-    """The classes whose policy judges some pods whole (`native_record`): the webhooks leave those pods out."""
-    return [w for w, settings in rules.classes.items()
-            if native_record.records(rules, settings) and class_policy(rules, w)]
-
-
 def webhook_patch(rules: Rules) -> list[dict[str, Any]]:
-    """The native component's patch of the webhooks (`webhook.generate.webhooks`): each entry's matchConditions
-    and the condition that leaves out a pod its class policy judged whole (`native_record.webhook_condition`).
-    Whole lists, written from the same rules: a strategic merge replaces a matchConditions list."""
+    """The native component's patch of the webhooks (`webhook.generate.webhooks`): each entry's matchConditions,
+    led by the condition that leaves out a pod the policy judged whole (`native_record.webhook_condition`).
+
+    First, and joined to the entry's own condition: the API server evaluates every condition of an entry, so the
+    pod judged whole would pay for the long one too; in one expression ``&&`` stops at the first false. Whole
+    lists, written from the same rules: a strategic merge replaces a matchConditions list."""
     classes = judging_classes(rules)
     if not classes:
         return []
-    condition = native_record.webhook_condition({w: _priority_class(rules, w) for w in classes})
+    judged = native_record.judged_natively({w: _priority_class(rules, w) for w in classes})
     patch = []
     for configuration in webhook_configurations(rules):
-        entries = [{"name": w["name"], "matchConditions": [*w.get("matchConditions", []), condition]}
-                   for w in configuration["webhooks"]]
+        entries = []
+        for w in configuration["webhooks"]:
+            own = w.get("matchConditions", [])
+            if own:
+                (first, *rest) = own
+                conditions = [{"name": first["name"], "expression": f"!({judged})\n&& ({first['expression']})"},
+                              *rest]
+            else:
+                conditions = [native_record.webhook_condition({c: _priority_class(rules, c) for c in classes})]
+            entries.append({"name": w["name"], "matchConditions": conditions})
         patch.append({"apiVersion": configuration["apiVersion"], "kind": configuration["kind"],
                       "metadata": {"name": configuration["metadata"]["name"]}, "webhooks": entries})
     return patch
@@ -381,4 +398,3 @@ def webhook_patch(rules: Rules) -> list[dict[str, Any]]:
 def native_set(rules: Rules, namespace_expressions: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The whole set, as manifests/overlays/native installs it: `policies` and the backstop's validation."""
     return [*policies(rules, namespace_expressions), *backstop_manifests(rules, namespace_expressions)]
-

@@ -143,10 +143,12 @@ class _PlainDumper(yaml.SafeDumper):
 def _multi_line_as_block(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
     """A string of several lines (a CEL condition, one clause a line; a PromQL expression) as a literal block, as
     a person writes it."""
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(text), style="|" if "\n" in text else None)
 
 
 _PlainDumper.add_representer(str, _multi_line_as_block)
+# the library's predicates are strings that say their precision (webhook.generate.cel.precision): written as strings
+_PlainDumper.add_multi_representer(str, _multi_line_as_block)
 
 
 def render(objects: list[dict[str, Any]], command: str) -> str:

@@ -205,7 +205,8 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
                                           lock_dir=settings.metrics_dir, observer=observer)
     if settings.facts_writer:
         services.facts_writer = FactsWriter(lambda: services.rules, namespace=settings.namespace,
-                                            interval=settings.facts_check_seconds, lock_dir=settings.metrics_dir)
+                                            interval=settings.facts_check_seconds, lock_dir=settings.metrics_dir,
+                                            priority_classes=lambda: services.priority_classes)
     for service in (services.rules_watch, services.priority_class_watch, node_watch, claim_watch, queue_watch,
                     services.report_writer, services.facts_writer):
         if service is not None:

@@ -14,18 +14,25 @@ review as #141015). A CRD paramKind gets an informer of its own each time.
 
 - ``synced``: present once the server has written the nodes' facts (a policy that finds no ``synced`` acts as the
   webhook does with no node watch, which is: it leaves placement alone);
-- ``models``: the catalog model each name of the model index stands for (`Rules.find_model`'s first two
-  lookups: the name as written, then with or without ``nvidia-``), for the names a plain key can hold, as one
-  string ``,name=model,name=model,`` (one string, not a key per name: the API server converts the parameter for
-  every policy it dispatches, and its cost grows with the number of keys; a substring search costs next to none);
+- ``model.<name>``: the catalog model each name of the model index stands for (`Rules.find_model`'s first two
+  lookups: the name as written, then with or without ``nvidia-``), for the names a plain key can hold, of the
+  models a node of the cluster has (a pod that names another is one no node can run: the policy leaves it to the
+  webhook): a key per name, which a policy looks up at once (the catalog's whole index as one string, searched,
+  cost 120 us a pod with the API server's own CEL; the present models' names are a few dozen keys, and the API
+  server's conversion of the parameter for each activation grows little with them);
 - ``pack.<model>`` and ``pack`` (every GPU node): the levels a multi-node job may be packed by, narrowest first, as
   ``key=GPUs of its largest domain`` joined by commas (`placement.pack_candidates`);
 - ``spread.<model>`` and ``spread``: the topology keys the classes spread over that have at least two values among
   the model's nodes (the webhook spreads over no other key);
 - ``tolerate.<model>`` and ``tolerate``: the tolerations of the GPU taints the model's nodes carry
   (`placement.target_tolerations`), each as ``key|operator|value|effect``, joined by commas;
+- ``priorityClasses``: the state of each PriorityClass the rules set, as ``,name=state,...,`` (``as-rules``, or
+  ``differs`` where the cluster's value or preemption policy is not the rules'; a class the cluster lacks is not
+  listed), so the native policy writes a class only as the webhook would (`webhook.core.mutate.set_priority`), and
+  judges a pod whole only where the webhook would not warn of its class; absent while the server has not checked;
 - ``card.<model>``: what validation reads of each model a node of the cluster has, as ``memory bytes|GPUs per
-  node|vendor|interconnect``, so a policy can tell that the webhook would find nothing to say of a pod
+  node|vendor|interconnect| resources of its vendor |`` (`Rules.vendor_of`, worked out here rather than in the
+  policy's CEL), so a policy can tell that the webhook would find nothing to say of a pod
   (`webhook.generate.native_record`; a model no node has is the webhook's to warn of).
 
 Pure: the same rules give the same data, so two replicas that see the same nodes write the same object.
@@ -38,11 +45,14 @@ from typing import Any, Mapping
 
 from webhook.core import placement
 from webhook.core.rules import Rules
+from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
 
 NAME = "ai-admission-cluster-facts"
 GROUP, VERSION, KIND, PLURAL = "ai-admission.io", "v1alpha1", "ClusterFacts", "clusterfacts"
 SYNCED = "synced"
-MODELS, PACK, SPREAD, TOLERATE, CARD = "models", "pack", "spread", "tolerate", "card."
+MODEL, PACK, SPREAD, TOLERATE, CARD = "model.", "pack", "spread", "tolerate", "card."
+PRIORITY_CLASSES = "priorityClasses"
+AS_RULES, DIFFERS = "as-rules", "differs"
 _KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")  # keys as a ConfigMap's: plain to read and to look up
 _NAME = re.compile(r"^[-._a-zA-Z0-9]{1,240}$")  # a name of the model index: no "," nor "=" (its separators)
 
@@ -63,26 +73,42 @@ def toleration_text(toleration: Mapping[str, Any]) -> str:
     return "|".join(str(toleration.get(field) or "") for field in ("key", "operator", "value", "effect"))
 
 
-def card_text(memory: Any, gpus_per_node: int, vendor: str, interconnect: str) -> str:
-    """``memory bytes|GPUs per node|vendor|interconnect``: none of them holds ``|``."""
-    return f"{int(memory)}|{gpus_per_node}|{vendor}|{interconnect}"
+def card_text(memory: Any, gpus_per_node: int, vendor: str, interconnect: str, resources: tuple[str, ...] = ()) -> str:
+    """``memory bytes|GPUs per node|vendor|interconnect| resources of the vendor |``: none of them holds ``|``, and
+    the resources are separated and surrounded by spaces (a resource name holds none), for a policy to find one."""
+    return f"{int(memory)}|{gpus_per_node}|{vendor}|{interconnect}| {' '.join(resources)} "
 
 
-def facts_data(rules: Rules) -> dict[str, str]:
-    """The object's data for the rules in force; empty when the cluster's nodes are not known."""
+def priority_text(rules: Rules, state: PriorityClassState) -> str | None:
+    """``,name=state,...,`` of the rules' PriorityClasses as the cluster has them; None while not checked."""
+    if not state.checked:
+        return None
+    wanted = sorted({s.priority_class.name for s in rules.classes.values() if s.priority_class is not None})
+    found = [f"{name}={DIFFERS if name in state.differing_priority_classes else AS_RULES}" for name in wanted
+             if name not in state.missing_priority_classes]
+    return "," + ",".join(found) + ","
+
+
+def facts_data(rules: Rules, priority_classes: PriorityClassState = UNCHECKED) -> dict[str, str]:
+    """The object's data for the rules in force and the PriorityClasses' state; empty when the cluster's nodes are
+    not known."""
     if rules.nodes is None:
         return {}
     data = {SYNCED: "true"}
+    priorities = priority_text(rules, priority_classes)
+    if priorities is not None:
+        data[PRIORITY_CLASSES] = priorities
     names = {key: model.name for key, model in rules.model_index.items()}
     for key in list(names):  # find_model's second lookup: the name with or without nvidia-
         other = key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key
         names.setdefault(other, names[key])
-    index = [f"{key}={name}" for key, name in sorted(names.items())
-             if _NAME.match(key) and _KEY.match(target_key(PACK, name))]
-    data[MODELS] = "," + ",".join(index) + ","
+    for key, name in sorted(names.items()):
+        if name in rules.nodes.present and _KEY.match(MODEL + key) and _KEY.match(target_key(PACK, name)):
+            data[MODEL + key] = name
     for name, card in sorted(rules.catalog.items()):
         if name in rules.nodes.present and _KEY.match(CARD + name):
-            data[CARD + name] = card_text(card.memory, card.gpus_per_node, card.vendor, card.interconnect)
+            resources = tuple(sorted(r for r in rules.gpu_resources if rules.vendor_of(r) == card.vendor))
+            data[CARD + name] = card_text(card.memory, card.gpus_per_node, card.vendor, card.interconnect, resources)
     spread = spread_keys(rules)
     for model, target in sorted(rules.nodes.placement.items()):
         if not _KEY.match(target_key(PACK, model)):
