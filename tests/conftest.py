@@ -213,6 +213,16 @@ def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
 FOLDER_MARKERS = {"unit": "unit", "server": "server", "e2e": "e2e", "packaging": "packaging"}
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What the offline comparison of the native set with the webhooks counted (tests/unit/test_native_parity.py)."""
+    module = sys.modules.get("tests.unit.test_native_parity")
+    lines = getattr(module, "REPORT", None) if module is not None else None
+    if lines:
+        terminalreporter.section("native parity")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test is marked by the folder it is in (tests/unit, tests/server, tests/e2e, tests/packaging), so that
     ``-m unit`` (or ``pytest tests/unit``) selects the fast in-process tests (mutation testing runs those) and no
