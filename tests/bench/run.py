@@ -110,15 +110,17 @@ class Server:
         command = [GUNICORN, "-c", "python:webhook.server.gunicorn_conf", *([app] if app else [])]
         self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
-            try:
-                requests.get(self.url + "/healthz", verify=str(tls / "ca.crt"), timeout=1)
-                return
-            except requests.ConnectionError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("server did not start") from None
-                time.sleep(0.1)
+            try:  # every transient error is retried: a booting gunicorn may answer a TLS handshake late
+                if requests.get(self.url + "/healthz", verify=str(tls / "ca.crt"), timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError("server did not start")
+            time.sleep(0.1)
 
     def stop(self) -> None:
         self.process.terminate()

@@ -313,11 +313,15 @@ class ControlPlane:
         return client_url
 
     def _wait_ready(self, *, deadline: float) -> None:
-        def ready() -> bool:
-            answer = requests.get(f"{self.url}/readyz", headers=self.auth_headers(), verify=str(self.ca), timeout=5)
+        """``/readyz``, then the OpenAPI documents: /readyz answers ok before the OpenAPI controller has built them,
+        and ``kubectl apply`` validates against them (on a busy machine the first apply met a 503)."""
+        def answers(path: str) -> bool:
+            answer = requests.get(f"{self.url}{path}", headers=self.auth_headers(), verify=str(self.ca), timeout=5)
             return answer.status_code == 200
 
-        self._poll(ready, deadline=deadline, what="kube-apiserver /readyz")
+        self._poll(lambda: answers("/readyz"), deadline=deadline, what="kube-apiserver /readyz")
+        self._poll(lambda: answers("/openapi/v2"), deadline=deadline, what="kube-apiserver /openapi/v2")
+        self._poll(lambda: answers("/openapi/v3"), deadline=deadline, what="kube-apiserver /openapi/v3")
 
     def _poll(self, check: Any, *, deadline: float, what: str) -> None:
         """Call ``check`` until it is true; on a dead process or the deadline, raise with the logs' tails."""
