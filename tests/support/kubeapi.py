@@ -6,7 +6,10 @@ It speaks the real REST paths and JSON the kubernetes client uses, for the few r
 server's optimistic concurrency), patches, deletes, and watches (``?watch=true``: the events since the
 given resourceVersion, streamed as JSON lines until ``timeoutSeconds``, as the API server does; ``410 Gone`` for
 a version older than it keeps). Objects live in memory and every request is recorded, so tests exercise the real
-client end to end. A list or watch with a ``labelSelector`` of ``key=value`` pairs is filtered by it.
+client end to end. A list or watch with a ``labelSelector`` of ``key=value`` pairs (or a bare ``key``: the label is
+there) is filtered by it. ``discovery`` answers the API's discovery documents (``/apis/<group>``, ``/apis/<group>/
+<version>``) a test gives; ``dropped`` removes, from what is created, the fields the API server drops for a
+feature gate that is off; a ``dryRun=All`` create answers what would be stored and stores nothing.
 
 `outage` takes it away for a while as a restarting API server goes away: the port refuses connections and every
 open connection (a watch in particular) is cut; it comes back on the same port with the same objects.
@@ -45,6 +48,8 @@ class FakeKubeAPI:
         self._changed = threading.Condition()
         self.fail: dict[str, int] = {}  # plural -> status to answer its next list with (once)
         self.unserved: set[str] = set()  # plurals answered 404, as for a kind whose CRD is not installed
+        self.discovery: dict[str, dict[str, Any]] = {}  # a discovery path -> its document
+        self.dropped: dict[str, list[tuple[str, ...]]] = {}  # plural -> paths dropped from what is created
         api = self
 
         self._connections: set[socket.socket] = set()
@@ -87,6 +92,8 @@ class FakeKubeAPI:
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 api.requests.append((self.command, url.path))
                 api.queries.append((self.command, self.path))
+                if self.command == "GET" and url.path in api.discovery:
+                    return self._send(200, api.discovery[url.path])
                 match = _COLLECTION.match(url.path)
                 if not match:
                     return self._status(404, "NotFound", "unknown path")
@@ -124,6 +131,14 @@ class FakeKubeAPI:
                     if self.command == "PUT" and there is not None and given and \
                             given != there["metadata"]["resourceVersion"]:
                         return self._status(409, "Conflict", "the object has been modified")
+                    for path in api.dropped.get(plural, ()) if self.command == "POST" else ():
+                        parent = body
+                        for part in path[:-1]:
+                            parent = parent.get(part) if isinstance(parent, dict) else None
+                        if isinstance(parent, dict):
+                            parent.pop(path[-1], None)
+                    if query.get("dryRun") == "All":
+                        return self._send(201, body)
                     stored = api.store(plural, body, namespace, created=self.command == "POST")
                     return self._send(201 if self.command == "POST" else 200, stored)
                 if self.command == "PATCH":
@@ -280,12 +295,12 @@ class FakeKubeAPI:
 
 
 def _selected(obj: dict[str, Any], selector: str | None) -> bool:
-    """``key=value,key2=value2`` selectors only (all ai-admission uses)."""
+    """``key=value`` and ``key`` (the label is there) terms, comma-separated (all ai-admission uses)."""
     if not selector:
         return True
     labels = (obj.get("metadata") or {}).get("labels") or {}
     for term in selector.split(","):
-        key, _, value = term.partition("=")
-        if labels.get(key.strip()) != value.strip():
+        key, equals, value = term.partition("=")
+        if key.strip() not in labels if not equals else labels.get(key.strip()) != value.strip():
             return False
     return True

@@ -678,11 +678,13 @@ def test_check_reads_the_queues_among_its_input(tmp_path: Any) -> None:
 
 def test_with_a_backend_owners_reach_the_mutating_webhook_at_their_create(rules: Rules) -> None:
     from webhook.core.workloads.kinds import KINDS
-    from webhook.generate.webhooks import webhook_configurations
+    from webhook.generate.webhooks import MUTATING_WEBHOOK, POD_GROUP_WEBHOOK, webhook_configurations
 
     for chosen, owners_sent in ((backend_rules("kueue", nodes=False), True), (rules, False)):
         mutating = webhook_configurations(chosen)[0]
-        (entry,) = mutating["webhooks"]
+        (entry,) = [w for w in mutating["webhooks"] if w["name"] == MUTATING_WEBHOOK]
+        assert [w["name"] for w in mutating["webhooks"]] == [MUTATING_WEBHOOK] + ([] if owners_sent else [
+            POD_GROUP_WEBHOOK])  # with a backend, no PodGroup of the default scheduler's is given anything
         create_only = {(g, r) for rule in entry["rules"] if rule["operations"] == ["CREATE"]
                        for g in rule["apiGroups"] for r in rule["resources"]}
         assert ({(k.group, k.resource) for k in KINDS.values()} <= create_only) is owners_sent

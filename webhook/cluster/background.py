@@ -32,12 +32,14 @@ class ProblemLog:
 
 
 class Poller:
-    """Subclasses implement `poll`; ``immediately`` runs the first poll at start instead of after a wait."""
+    """Subclasses implement `poll`; ``immediately`` runs the first poll at start instead of after a wait; `wake`
+    runs the next poll now (a watch saw something to act on) rather than at the end of the interval."""
 
     def __init__(self, *, name: str, interval: float, immediately: bool) -> None:
         self._interval = interval
         self._immediately = immediately
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def poll(self) -> object:
@@ -49,9 +51,17 @@ class Poller:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def _run(self) -> None:
         if self._immediately:
             self.poll()
-        while not self._stop.wait(self._interval):
+        while True:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             self.poll()

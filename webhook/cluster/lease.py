@@ -28,6 +28,15 @@ def _seconds(text: Any) -> float | None:
         return None
 
 
+def renewed_lately(lease: Any, now: float) -> bool:
+    """Whether someone holds ``lease`` (a Lease object, or None) and renewed it within its duration: its holder is
+    at work."""
+    spec = (lease or {}).get("spec") or {}
+    renewed = _seconds(spec.get("renewTime"))
+    return bool(spec.get("holderIdentity")) and renewed is not None and \
+        renewed + float(spec.get("leaseDurationSeconds") or 0) >= now
+
+
 class Lease:
     """`held`: whether ``identity`` holds the Lease ``name`` in ``namespace`` now (taking or renewing it)."""
 

@@ -73,6 +73,13 @@ VARIABLES: tuple[Variable, ...] = (
              "cluster_facts", "switch"),
     Variable("AI_ADMISSION_FACTS_CHECK_SECONDS", "5", "how often the writer of the nodes' facts looks for a change",
              "facts_check_seconds", "seconds"),
+    Variable("AI_ADMISSION_POD_GROUPS", "auto",
+             "on the default scheduler, where the cluster serves the Workload API (scheduling.k8s.io PodGroups): "
+             "discover it, watch the Jobs whose PodGroups the Job controller makes, and make the PodGroups of the other "
+             "training kinds' jobs (one maker: a Lease among replicas)", "pod_groups", "switch"),
+    Variable("AI_ADMISSION_POD_GROUPS_CHECK_SECONDS", "5",
+             "how often the group controller's Lease is renewed and read, and the maker looks for a pod whose group "
+             "is missing (a pod event wakes it at once)", "pod_groups_check_seconds", "seconds"),
     Variable("AI_ADMISSION_NAMESPACE", "ai-admission",
              "the namespace the server runs in (the Deployment sets it from the pod's own), where the nodes' facts "
              "and their Lease are", "namespace"),
@@ -121,6 +128,8 @@ class Settings:
     queues_resync_seconds: float = 300.0
     cluster_facts: str = "auto"
     facts_check_seconds: float = 5.0
+    pod_groups: str = "auto"
+    pod_groups_check_seconds: float = 5.0
     namespace: str = "ai-admission"
     io_timeout: float = 10.0
     reports_check_seconds: float = 10.0
@@ -160,6 +169,10 @@ class Settings:
     def facts_writer(self) -> bool:
         """With no node watch the object is still created (the policies need it to run), and stays empty."""
         return self.switched_on(self.cluster_facts)
+
+    @property
+    def pod_group_watch(self) -> bool:
+        return self.switched_on(self.pod_groups)
 
     @property
     def claim_watch(self) -> bool:

@@ -17,6 +17,9 @@ from .bypasses.paths import bypass_findings
 from .dra import claims as dra
 from .findings import Finding
 from .mutate import mutate_pod, void_ephemeral
+from .podgroups import plan as groups
+from .podgroups.support import GROUP as WORKLOAD_GROUP
+from .podgroups.support import NOT_KNOWN, RESOURCE, PodGroupApi, PodGroupSupport
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
@@ -149,7 +152,7 @@ def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", na
 def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
                  kind: str | None = None, namespace: str = "", old: Mapping[str, Any] | None = None,
                  resolve: Resolver | None = None, generic: bool = True, claims: dra.ClaimSource | None = None,
-                 ) -> tuple[Verdict, list[TemplateVerdict]] | None:
+                 pod_groups: PodGroupSupport = NOT_KNOWN) -> tuple[Verdict, list[TemplateVerdict]] | None:
     """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates to judge).
 
     A kind ai-admission does not know is read generically (``generic``): its pod specs that ask for accelerators
@@ -191,6 +194,10 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
     extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found], profiles=profiles,
                              replicas=[t.replicas for t in found], rules=rules, namespace=namespace)
+    if (group, kind) == groups.JOB and not rules.scheduler.active and results:
+        grouping = groups.job_grouping_finding(
+            obj, multi_node=any(groups.groups_class(p, rules) and p.multi_node for p in profiles), support=pod_groups)
+        extra = [*extra, grouping] if grouping is not None else extra
     if extra:  # the object as a whole: a result of its own, path "" (check and audit list it beside the templates)
         whole = verdict_of(extra, mode=mode, header=f"{subject} was denied by ai-admission:")
         results = [*results, TemplateVerdict(path="", pod={}, verdict=whole, reader=WHOLE_READER)]
@@ -214,13 +221,31 @@ def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
 
 
 def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, priority_classes: PriorityClassState = UNCHECKED,
-                   claims: dra.ClaimSource | None = None, namespace: str = "") -> Verdict:
+                   claims: dra.ClaimSource | None = None, namespace: str = "",
+                   pod_groups: PodGroupSupport = NOT_KNOWN) -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
     profile = build_profile(pod, rules, claims)
     mutation = mutate_pod(pod, profile, rules, missing_priority_classes=priority_classes.missing_priority_classes,
-                          differing_priority_classes=priority_classes.differing_priority_classes, namespace=namespace)
+                          differing_priority_classes=priority_classes.differing_priority_classes, namespace=namespace,
+                          pod_groups=pod_groups)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
+
+
+def pod_group_verdict(podgroup: Mapping[str, Any], *, version: str, rules: Rules, mode: str,
+                      view: ClusterView) -> Verdict | None:
+    """A PodGroup at its CREATE: the Job controller's gets what the profile of its Job's template knows
+    (`webhook.core.podgroups.plan.for_job_controllers_group`), the Job as the server's watch has it; None for any
+    other, with a queueing backend, or where the Job is not known (the watch is behind)."""
+    support = view.pod_groups
+    if support.api is None or rules.scheduler.active or view.jobs is None:
+        return None
+    api = PodGroupApi(version=version, topology=support.api.topology, preemption=support.api.preemption)
+    given = groups.for_job_controllers_group(podgroup, view.jobs, rules, api, view.priority_classes)
+    if given is None:
+        return None
+    profile, ops, notes = given
+    return Verdict(allowed=True, mode=mode, profile=profile, warnings=notes, patch=tuple(ops))
 
 
 def judge_claim(obj: Mapping[str, Any], *, rules: Rules, mode: str, kind: str, namespace: str = "",
@@ -251,7 +276,8 @@ def is_pod(group: str, kind: str) -> bool:
 
 def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: str, namespace: str = "",
           subject: str | None = None, old: Mapping[str, Any] | None = None, claims: dra.ClaimSource | None = None,
-          resolve: Resolver | None = None) -> tuple[Verdict, list[TemplateVerdict]] | None:
+          resolve: Resolver | None = None, pod_groups: PodGroupSupport = NOT_KNOWN,
+          ) -> tuple[Verdict, list[TemplateVerdict]] | None:
     """The verdict for any object, by what it is: a pod, a DRA claim or claim template, or an object with pod
     templates (a controller, an AI CRD, a kind found by shape); None when there is nothing to judge.
 
@@ -267,7 +293,7 @@ def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: 
         claim = judge_claim(obj, rules=rules, mode=mode, kind=kind, namespace=namespace, old=old)
         return (claim, []) if claim is not None else None
     return judge_object(obj, rules=rules, mode=mode, group=group, kind=kind, namespace=namespace, old=old,
-                        resolve=resolve, claims=claims)
+                        resolve=resolve, claims=claims, pod_groups=pod_groups)
 
 
 def request_mode(request: AdmissionRequest, *, rules: Rules, path_mode: str | None) -> tuple[str, str]:
@@ -298,7 +324,11 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     source = view.claims.source(namespace) if view.claims is not None else None
     if request.is_pod_create and endpoint == MUTATE:
         return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=view.priority_classes, claims=source,
-                              namespace=namespace)
+                              namespace=namespace, pod_groups=view.pod_groups)
+    if request.group == WORKLOAD_GROUP and request.resource == RESOURCE:
+        if endpoint == MUTATE and request.operation == "CREATE":
+            return pod_group_verdict(request.object, version=request.version, rules=rules, mode=mode, view=view)
+        return None
     if endpoint == MUTATE and request.operation == "CREATE" and request.resource != "pods":
         return owner_verdict(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
                              namespace=namespace)
@@ -309,7 +339,8 @@ def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode:
     judged = judge(request.object, rules=rules, mode=mode, group=request.group,
                    kind="Pod" if request.resource == "pods" else request.kind, namespace=namespace,
                    subject=subject_of(request) if request.resource == "pods" else None,
-                   old=request.old_object if request.operation == "UPDATE" else None, claims=source)
+                   old=request.old_object if request.operation == "UPDATE" else None, claims=source,
+                   pod_groups=view.pod_groups)
     return judged[0] if judged else None
 
 

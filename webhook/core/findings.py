@@ -121,6 +121,13 @@ CODES: tuple[Code, ...] = (
     Code("gang-exceeds-topology", "deny", "the job requires a topology level (the backend's required-topology "
          "annotation) that no GPU node carries, or none of whose domains holds all its GPUs: it would never be placed",
          "require a broader level, or ask for it as preferred"),
+    Code("job-never-fits", "deny or warn", "a multi-node job asks for more GPUs than all the nodes of its model "
+         "hold together (or, where its class packs a job into one domain, than the largest domain holds): it can "
+         "never be placed whole; a warning unless the rules' nodeCatalog.jobBeyondNodes is deny",
+         "ask for fewer pods or GPUs per pod, or add nodes of the model"),
+    Code("job-not-grouped", "warn", "a multi-node training Job on a cluster that serves the Workload API is not one "
+         "the Job controller schedules as a gang (all or nothing)",
+         "make it Indexed with completions equal to parallelism (above 1)"),
     Code("gpu-product-name-form", "warn", "a DRA selector compares the product name with a node-label form "
          "(no spaces), which matches no NVIDIA device", "write the name as nvidia-smi prints it, with spaces"),
 )

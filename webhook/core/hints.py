@@ -28,6 +28,7 @@ class Hints:
     model_precision: str | None = None
     preemptible: bool | None = None
     multi_node: bool | None = None
+    gang: bool | None = None
     problems: tuple[Finding, ...] = ()
 
 
@@ -42,7 +43,7 @@ def _bool(value: str, key: str, problems: list[Finding]) -> bool | None:
 
 
 _KEYS = frozenset({names.WORKLOAD_TYPE, names.GPU_MODEL, names.GPU_MEMORY, names.MODEL_PARAMS,
-                   names.MODEL_PRECISION, names.PREEMPTIBLE, names.MULTI_NODE})
+                   names.MODEL_PRECISION, names.PREEMPTIBLE, names.MULTI_NODE, names.GANG})
 NO_HINTS = Hints()
 
 
@@ -100,5 +101,6 @@ def read_hints(facts: PodFacts, rules: Rules) -> Hints:
         model_precision=precision,
         preemptible=_bool(notes[names.PREEMPTIBLE], names.PREEMPTIBLE, problems) if names.PREEMPTIBLE in notes else None,
         multi_node=_bool(notes[names.MULTI_NODE], names.MULTI_NODE, problems) if names.MULTI_NODE in notes else None,
+        gang=_bool(notes[names.GANG], names.GANG, problems) if names.GANG in notes else None,
         problems=tuple(problems),
     )

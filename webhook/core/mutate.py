@@ -19,6 +19,8 @@ from . import names, placement, podview
 from .backends import scheduling
 from .bypasses import env_sources
 from .patch import Editor
+from .podgroups.plan import groups_class, join_group
+from .podgroups.support import NOT_KNOWN, POD_GROUP_LABEL, PodGroupSupport
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
 from .rules import ClassMutation, ClassSettings, MutationSettings, Rules, ShmSpec
@@ -45,11 +47,12 @@ class _Context:
     """
 
     __slots__ = ("edit", "profile", "rules", "class_settings", "warnings", "missing_priority_classes",
-                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node", "namespace")
+                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node", "namespace",
+                 "pod_groups")
 
     def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, class_settings: ClassSettings, warnings: list[str],
                  missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str],
-                 namespace: str = "") -> None:
+                 namespace: str = "", pod_groups: PodGroupSupport = NOT_KNOWN) -> None:
         self.edit = edit
         self.profile = profile
         self.rules = rules
@@ -63,6 +66,7 @@ class _Context:
         self.labels: Mapping[str, str] = profile.facts.labels
         self.multi_node: bool = profile.multi_node
         self.namespace = namespace or str(podview.metadata(edit.doc).get("namespace") or "")
+        self.pod_groups = pod_groups
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -413,6 +417,21 @@ def add_gang(ctx: _Context) -> None:
         ctx.edit.setdefault(("metadata", "labels", gang.pod_group_label), job[1])
 
 
+def join_pod_group(ctx: _Context) -> None:
+    """On the default scheduler, where the cluster serves the Workload API: a multi-node pod of a training kind
+    joins its job's PodGroup (`webhook.core.podgroups.plan.join_group`; ai-admission's controller makes the group),
+    so the scheduler places the job all or nothing; where it cannot, the pod is told why and scheduled as before."""
+    if not (ctx.multi_node and groups_class(ctx.profile, ctx.rules)) or ctx.rules.scheduler.active:
+        return
+    name, why = join_group(ctx.pod, ctx.pod_groups)
+    if why is not None:
+        ctx.warnings.append(why)
+    if name is None:
+        return
+    ctx.edit.set(("spec", "schedulingGroup"), {"podGroupName": name})
+    ctx.edit.setdefault(("metadata", "labels", POD_GROUP_LABEL), name)
+
+
 def add_rdma(ctx: _Context) -> None:
     """The RDMA device and IPC_LOCK (NCCL pins memory for InfiniBand) on multi-node training GPU containers."""
     rdma = ctx.plan.rdma
@@ -566,7 +585,7 @@ def void_ephemeral(pod: Mapping[str, Any], added: frozenset[int], rules: Rules, 
 
 STEPS: tuple[Callable[[_Context], None], ...] = (
     add_shm, add_nccl_env, void_visible_devices, set_priority, add_tolerations, pin_model, add_topology, add_gang,
-    add_rdma, add_backend, add_metadata, add_deadline, record_profile,
+    join_pod_group, add_rdma, add_backend, add_metadata, add_deadline, record_profile,
 )
 
 
@@ -575,7 +594,8 @@ _NOTHING_DIFFERS: Mapping[str, str] = {}
 
 def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
                missing_priority_classes: frozenset[str] = frozenset(),
-               differing_priority_classes: Mapping[str, str] | None = None, namespace: str = "") -> Mutation:
+               differing_priority_classes: Mapping[str, str] | None = None, namespace: str = "",
+               pod_groups: PodGroupSupport = NOT_KNOWN) -> Mutation:
     """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user.
 
     ``missing_priority_classes``: classes known not to exist in the cluster; ``differing_priority_classes``:
@@ -587,7 +607,8 @@ def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
         return void_env_from(pod, profile, rules, namespace)
     ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, class_settings=class_settings, warnings=[],
                    missing_priority_classes=missing_priority_classes,
-                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS, namespace=namespace)
+                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS, namespace=namespace,
+                   pod_groups=pod_groups)
     for step in STEPS:
         step(ctx)
     return Mutation(pod=ctx.edit.doc, patch=ctx.edit.ops, warnings=ctx.warnings)

@@ -8,6 +8,8 @@ MODEL_PARAMS = PREFIX + "model-params"
 MODEL_PRECISION = PREFIX + "model-precision"
 PREEMPTIBLE = PREFIX + "preemptible"
 MULTI_NODE = PREFIX + "multi-node"
+# "false" on a multi-node training pod (or its template): scheduled one by one, not as its job's gang
+GANG = PREFIX + "gang"
 PROFILE = PREFIX + "profile"
 # Written by a native class policy beside the profile record when it judged the pod whole (the webhooks then leave
 # the pod out: webhook/generate/native_record.py); the webhook never writes it.

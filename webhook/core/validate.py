@@ -20,6 +20,7 @@ from .backends.scheduling import backend_findings
 from .bypasses.paths import bypass_findings
 from .findings import Finding, deny, warn
 from .models import bigger_models, known_models, models_of
+from .podgroups.plan import never_whole
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
@@ -334,6 +335,12 @@ def _qos(r: CheckContext) -> Iterable[Finding]:
     return (found,) if found else ()
 
 
+def _whole_job(r: CheckContext) -> Iterable[Finding]:
+    """A multi-node job more than its model's nodes hold (`webhook.core.podgroups.plan.never_whole`)."""
+    found = never_whole(r.profile, r.rules)
+    return (found,) if found else ()
+
+
 def _backend(r: CheckContext) -> Iterable[Finding]:
     """A plain pod's queue and topology (a template's pods are held to the backend through their object)."""
     if not r.rules.scheduler.active or r.template or podview.owners(r.pod):
@@ -353,7 +360,7 @@ def _namespace(r: CheckContext) -> str:
 
 
 CHECKS: tuple[Check, ...] = (_problems, _gpus, _priority, _unknown_accelerators, _host_memory, _tensor_parallel, _qos,
-                             _backend, _bypasses)
+                             _whole_job, _backend, _bypasses)
 
 
 def validate(context: CheckContext) -> list[Finding]:

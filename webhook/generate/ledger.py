@@ -259,6 +259,7 @@ LEDGER: dict[Callable[..., Any], Entry] = {
     validate._host_memory: Judged((_host_memory,), "every container has a memory limit"),
     validate._tensor_parallel: Judged((_pcie,), "no tensor parallelism over PCIe"),
     validate._qos: Judged((_guaranteed,), "Guaranteed QoS where the class asks for it"),
+    validate._whole_job: Judged((_single_node,), "a pod of no multi-node job fits where the pod fits"),
     validate._backend: Exempt(_backend, "a queueing backend's queue and topology checks read the cluster's queues"),
     validate._bypasses: Judged((_bypass_free,), "no path to a GPU but a request, tested plainly"),
     # mutate.STEPS
@@ -276,6 +277,7 @@ LEDGER: dict[Callable[..., Any], Entry] = {
                                 "the policy spreads replicas as the webhook does; a multi-node pod is the webhook's",
                                 writes=True),
     mutate.add_gang: Judged((_single_node,), "the gang hints are for multi-node pods"),
+    mutate.join_pod_group: Judged((_single_node,), "a PodGroup of the Workload API is for multi-node jobs"),
     mutate.add_rdma: Judged((_single_node,), "RDMA is for multi-node pods"),
     mutate.add_backend: Exempt(_backend, "a queueing backend's words on pods are the webhook's"),
     mutate.add_metadata: Judged((), "the policy writes the class's labels and annotations", writes=True),

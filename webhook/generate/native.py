@@ -61,7 +61,7 @@ from .cel.tolerations import toleration_variables as general_tolerations
 from .native_placement import fact_variables, job_variables, placement_patches, placement_variables, places
 from .native_placement import toleration_variables as facts_tolerations
 from .webhooks import NAME as NAMESPACE
-from .webhooks import excluded_namespaces, webhook_configurations
+from .webhooks import POD_GROUP_WEBHOOK, excluded_namespaces, webhook_configurations
 
 PREFIX = "ai-admission-native"
 POLICY = PREFIX  # the one mutating policy of the classes
@@ -382,6 +382,8 @@ def webhook_patch(rules: Rules) -> list[dict[str, Any]]:
     for configuration in webhook_configurations(rules):
         entries = []
         for w in configuration["webhooks"]:
+            if w["name"] == POD_GROUP_WEBHOOK:
+                continue  # not a pod's: the policy judges pods
             own = w.get("matchConditions", [])
             if own:
                 (first, *rest) = own

@@ -156,6 +156,19 @@ def dashboard() -> dict[str, Any]:
                  [("max by (product) (ai_admission_catalog_model_nodes)", "{{product}}"),
                   (f"sum(increase(ai_admission_catalog_watch_errors_total[{RATE}]))", "watch errors")],
                  width=12, height=5)
+    layout.row("Gang on the default scheduler (Workload API)")
+    layout.panel("stat", "PodGroup controller",
+                 "Served: the cluster serves PodGroups. In service: the group controller's Lease is renewed, so the "
+                 "pods of multi-node training jobs join their job's gang; otherwise they are scheduled one by one "
+                 "(docs/admins/gang.md).",
+                 [("max(ai_admission_pod_groups_served)", "served"),
+                  ("max(ai_admission_pod_group_controller_in_service)", "in service")], width=6, height=5)
+    layout.panel("timeseries", "PodGroups made",
+                 "Groups the controller created for the training kinds' jobs, and gangs made again with the pods "
+                 "that came (a job whose pods stopped short of its count).",
+                 [(f"sum(increase(ai_admission_pod_groups_made_total[{RATE}]))", "made"),
+                  (f"sum(increase(ai_admission_pod_groups_recounted_total[{RATE}]))", "made again")],
+                 width=18, height=5)
     return {
         "title": "ai-admission", "uid": "ai-admission", "description": "GPU admission webhook: verdicts, latency, "
         "errors, rules, certificate and the cluster facts it relies on.",
@@ -231,6 +244,13 @@ def alert_rules() -> list[dict[str, Any]]:
                description="The node watch has not listed the Nodes in {{ $value | humanizeDuration }}; the GPU "
                            "catalog in force may be out of date (new models, memory, node sizes). Check the server "
                            "log and its RBAC (list and watch on nodes)."),
+        _alert("AiAdmissionPodGroupControllerDown",
+               "max(ai_admission_pod_groups_served) > 0 and max(ai_admission_pod_group_controller_in_service) == 0",
+               for_="5m", severity="warning",
+               summary="Training jobs are not scheduled as gangs: ai-admission's PodGroup controller is not in service",
+               description="The cluster serves PodGroups, but no replica renews the ai-admission-pod-groups Lease, so "
+                           "the pods of multi-node training jobs are scheduled one by one (each is told so). Check "
+                           "the server log and its RBAC (leases, podgroups)."),
         _alert("AiAdmissionPriorityClassMissing", "max(ai_admission_priority_classes_missing) > 0", for_="10m",
                severity="warning", summary="PriorityClasses that ai-admission sets are missing",
                description="{{ $value }} PriorityClasses named in the rules do not exist, so pods of those "

@@ -15,6 +15,10 @@ import yaml
 
 from webhook.core.dra.claims import GROUP as DRA_GROUP
 from webhook.core.names import MODE_LABEL
+from webhook.core.podgroups.support import GROUP as POD_GROUP_API
+from webhook.core.podgroups.support import MANAGED_BY, MANAGED_BY_LABEL
+from webhook.core.podgroups.support import RESOURCE as POD_GROUP_RESOURCE
+from webhook.core.podgroups.support import VERSIONS as POD_GROUP_VERSIONS
 from webhook.core.rules import Rules
 from webhook.core.workloads.kinds import KINDS
 
@@ -99,7 +103,27 @@ MUTATING_WEBHOOK = "mutate.ai-admission.io"
 VALIDATING_WEBHOOKS = ((None, "/validate", "validate.ai-admission.io"),
                        ("warn", "/validate/warn", "validate-warn.ai-admission.io"),
                        ("audit", "/validate/audit", "validate-audit.ai-admission.io"))
-WEBHOOK_NAMES = (MUTATING_WEBHOOK, *(name for _, _, name in VALIDATING_WEBHOOKS))
+POD_GROUP_WEBHOOK = "podgroups.ai-admission.io"
+WEBHOOK_NAMES = (MUTATING_WEBHOOK, *(name for _, _, name in VALIDATING_WEBHOOKS), POD_GROUP_WEBHOOK)
+# the Workload API's PodGroups at their CREATE, in every version that serves them (one not served matches nothing)
+POD_GROUP_RULE = {"apiGroups": [POD_GROUP_API], "apiVersions": list(POD_GROUP_VERSIONS), "operations": ["CREATE"],
+                  "resources": [POD_GROUP_RESOURCE], "scope": "Namespaced"}
+# only the Job controller's: a PodGroup of ai-admission's own is made whole, a user's is the user's
+JOB_CONTROLLER_GROUP = ("has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+                        "o.kind == 'Job' && o.apiVersion == 'batch/v1' && has(o.controller) && o.controller) && "
+                        "!(has(object.metadata.labels) && "
+                        f"object.metadata.labels[?'{MANAGED_BY_LABEL}'].orValue('') == '{MANAGED_BY}')")
+
+
+def _pod_group_webhook(rules: Rules) -> list[dict[str, Any]]:
+    """The entry that gives the Job controller's PodGroup what the Job's template says, at its CREATE (every field
+    of its spec is immutable after); none where no class has a group or a queueing backend places the pods."""
+    if rules.scheduler.active or not any(c.mutate.pod_group for c in rules.classes.values()):
+        return []
+    return [{"name": POD_GROUP_WEBHOOK, "clientConfig": _client_config("/mutate"), "rules": [POD_GROUP_RULE],
+             "failurePolicy": "Ignore", "reinvocationPolicy": "Never",
+             "namespaceSelector": {"matchExpressions": [excluded_namespaces()]},
+             "matchConditions": [{"name": "of-the-job-controller", "expression": JOB_CONTROLLER_GROUP}], **_common()}]
 
 
 def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
@@ -118,7 +142,8 @@ def webhook_configurations(rules: Rules) -> list[dict[str, Any]]:
                       "rules": [POD_RULE, *([EPHEMERAL_RULE] if rules.bypasses.enabled else []), *owner_rules],
                       "failurePolicy": "Ignore", "reinvocationPolicy": "IfNeeded",
                       "namespaceSelector": {"matchExpressions": [excluded_namespaces()]},
-                      **_only_when(match_conditions(rules, pods_only=not owners)), **_common()}],
+                      **_only_when(match_conditions(rules, pods_only=not owners)), **_common()},
+                     *_pod_group_webhook(rules)],
     }
     validating_conditions = match_conditions(rules, pods_only=False)
     entries = []

@@ -7,8 +7,9 @@ classification, profile, policy or mutation read). Messages do name the pod, so 
 carries a message is used only for a pod with the same subject. A pod that takes DRA claims is never remembered:
 its decision also reads the claims the watch has seen, which change under it (a template created after its first
 pod). Only pods on CREATE are remembered, the cache is
-bounded (least recently used out), and it is emptied when the rules or the PriorityClass state it was built with are
-replaced (a rules reload, a PriorityClass check that saw something new). The response is always built for the
+bounded (least recently used out), and it is emptied when the rules, the PriorityClass state or the Workload API's
+support it was built with are replaced (a rules reload, a PriorityClass check that saw something new, the group
+controller going out of service). The response is always built for the
 request at hand (its uid), never remembered.
 """
 
@@ -21,6 +22,7 @@ from typing import Callable
 import orjson
 
 from webhook.core.admission import Verdict, request_mode, subject_of
+from webhook.core.podgroups.support import PodGroupSupport
 from webhook.core.review import AdmissionRequest
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_view import ClusterView
@@ -49,7 +51,7 @@ def decision_key(request: AdmissionRequest, *, endpoint: str, mode: str) -> byte
 
 
 class DecisionCache:
-    """A bounded LRU of verdicts, valid for one rules object and one PriorityClass state."""
+    """A bounded LRU of verdicts, valid for one rules object, one PriorityClass state and one Workload API support."""
 
     def __init__(self, size: int = SIZE) -> None:
         self._size = size
@@ -57,6 +59,7 @@ class DecisionCache:
         self._lock = threading.Lock()
         self._rules: Rules | None = None  # held, not compared by id: an id can be reused once an object is gone
         self._priority_classes: PriorityClassState | None = None
+        self._pod_groups: PodGroupSupport | None = None
         self.hits = 0
 
     def decide(self, request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None,
@@ -67,11 +70,12 @@ class DecisionCache:
         if key is None:
             return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
         subject = subject_of(request)
-        priority_classes = view.priority_classes
+        priority_classes, pod_groups = view.priority_classes, view.pod_groups
         with self._lock:
-            if self._rules is not rules or self._priority_classes is not priority_classes:
+            if (self._rules is not rules or self._priority_classes is not priority_classes
+                    or self._pod_groups is not pod_groups):
                 self._entries.clear()
-                self._rules, self._priority_classes = rules, priority_classes
+                self._rules, self._priority_classes, self._pod_groups = rules, priority_classes, pod_groups
             found = self._entries.get(key)
             if found is not None and (found[0] is None or found[0].message is None or found[1] == subject):
                 self._entries.move_to_end(key)
@@ -79,7 +83,7 @@ class DecisionCache:
                 return found[0]
         verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
         with self._lock:
-            if self._rules is rules and self._priority_classes is priority_classes:
+            if self._rules is rules and self._priority_classes is priority_classes and self._pod_groups is pod_groups:
                 self._entries[key] = (verdict, subject)
                 if len(self._entries) > self._size:
                     self._entries.popitem(last=False)

@@ -89,6 +89,21 @@ class Instruments:
         self.catalog_watch_errors = Counter("ai_admission_catalog_watch_errors",
                                             "Failed node lists or watches (the last catalog stays; retried with "
                                             "backoff)")
+        # The default scheduler's gang (webhook.cluster.pod_groups)
+        self.pod_groups_served = Gauge("ai_admission_pod_groups_served",
+                                       "1 where the cluster serves the Workload API's PodGroups (and no queueing "
+                                       "backend is chosen): training jobs are scheduled as gangs",
+                                       multiprocess_mode="max")
+        self.pod_group_controller = Gauge("ai_admission_pod_group_controller_in_service",
+                                          "1 while the PodGroup controller's Lease is renewed (pods of the training "
+                                          "kinds are then named into their job's group); 0: they are scheduled alone",
+                                          multiprocess_mode="max")
+        self.pod_groups_made = Counter("ai_admission_pod_groups_made",
+                                       "PodGroups the group controller created for the jobs of the training kinds")
+        self.pod_groups_recounted = Counter("ai_admission_pod_groups_recounted",
+                                            "Gangs made again with the pods that came: a job's pods stopped "
+                                            "arriving short of the count its templates said (they would have "
+                                            "waited forever)")
         # Every watch of the cluster (webhook.cluster.informer), by its name.
         self.watch_objects = Gauge("ai_admission_watch_objects", "Objects a watch holds", ["watch"],
                                    multiprocess_mode="livemax")

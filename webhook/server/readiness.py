@@ -81,4 +81,6 @@ def readiness(services: Services, settings: Settings) -> tuple[bool, dict[str, A
         detail["claims"] = services.claim_watch.status()
     if services.queue_watch:
         detail["queues"] = services.queue_watch.status()
+    if services.pod_group_watch:
+        detail["podGroups"] = services.pod_group_watch.summary()
     return ready, detail

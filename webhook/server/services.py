@@ -22,12 +22,14 @@ from typing import Any
 from webhook.cluster.claims import ClaimWatch
 from webhook.cluster.cluster_facts import FactsWriter
 from webhook.cluster.nodes import NodeWatch
+from webhook.cluster.pod_groups import PodGroupController, PodGroupWatch
 from webhook.cluster.priority_classes import PriorityClassWatch
 from webhook.cluster.queues import QueueWatch
 from webhook.cluster.reports import ReportWriter
 from webhook.config.rules_file import default_rules_path
 from webhook.config.settings import Settings
 from webhook.core.dra.claims import ClaimIndex
+from webhook.core.podgroups.support import NOT_KNOWN, PodGroupSupport
 from webhook.core.rules import PriorityClassSpec, Rules
 from webhook.core.view.cluster_view import CLUSTER, NOTHING_KNOWN, ClusterView, Objects, in_force
 from webhook.core.view.node_facts import DiscoveredCatalog
@@ -54,6 +56,8 @@ class Services:
     queue_watch: QueueWatch | None = None
     report_writer: ReportWriter | None = None
     facts_writer: FactsWriter | None = None
+    pod_group_watch: PodGroupWatch | None = None
+    pod_group_controller: PodGroupController | None = None
     rules: Rules = field(init=False)
 
     def __post_init__(self) -> None:
@@ -128,8 +132,11 @@ class Services:
     def view(self) -> ClusterView:
         """The cluster as a request sees it: the watches' view, with the PriorityClasses' and claims' latest."""
         cluster = self._cluster
+        groups = self.pod_group_watch
         return ClusterView(nodes=cluster.nodes, device_classes=cluster.device_classes, queues=cluster.queues,
-                           priority_classes=self.priority_classes, claims=self.claim_index)
+                           priority_classes=self.priority_classes, claims=self.claim_index,
+                           pod_groups=groups.support if groups is not None else NOT_KNOWN,
+                           jobs=groups.job if groups is not None else None)
 
     @property
     def priority_classes(self) -> PriorityClassState:
@@ -141,7 +148,8 @@ class Services:
 
     def stop(self) -> None:
         for service in (self.rules_watch, self.priority_class_watch, self.node_watch, self.claim_watch,
-                        self.queue_watch, self.report_writer, self.facts_writer):
+                        self.queue_watch, self.report_writer, self.facts_writer, self.pod_group_watch,
+                        self.pod_group_controller):
             if service is not None:
                 service.stop()
 
@@ -207,8 +215,24 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
         services.facts_writer = FactsWriter(lambda: services.rules, namespace=settings.namespace,
                                             interval=settings.facts_check_seconds, lock_dir=settings.metrics_dir,
                                             priority_classes=lambda: services.priority_classes)
+    if settings.pod_group_watch:
+        metrics = instruments()
+
+        def gang_in_service(support: PodGroupSupport) -> None:
+            metrics.pod_groups_served.set(1 if support.served else 0)
+            metrics.pod_group_controller.set(1 if support.controller else 0)
+
+        services.pod_group_watch = watch = PodGroupWatch(
+            namespace=settings.namespace, interval=settings.pod_groups_check_seconds, observer=observer,
+            on_change=gang_in_service)
+        services.pod_group_controller = PodGroupController(
+            lambda: services.rules, lambda: watch.support, namespace=settings.namespace,
+            interval=settings.pod_groups_check_seconds, lock_dir=settings.metrics_dir,
+            priority_classes=lambda: services.priority_classes, observer=observer,
+            on_made=lambda _: metrics.pod_groups_made.inc(), on_recount=lambda _: metrics.pod_groups_recounted.inc())
     for service in (services.rules_watch, services.priority_class_watch, node_watch, claim_watch, queue_watch,
-                    services.report_writer, services.facts_writer):
+                    services.report_writer, services.facts_writer, services.pod_group_watch,
+                    services.pod_group_controller):
         if service is not None:
             service.start()
     metrics = instruments()

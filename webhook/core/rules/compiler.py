@@ -40,6 +40,7 @@ from .model import (
     MutationSettings,
     OwnerMatch,
     PodAffinitySpec,
+    PodGroupSpec,
     PriorityClassSpec,
     RdmaSpec,
     Rules,
@@ -353,6 +354,7 @@ def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: s
     affinity = spec.get("podAffinity")
     spread = spec.get("topologySpread")
     gang = spec.get("gang")
+    group = spec.get("podGroup")
     rdma = spec.get("rdma")
     nccl = spec.get("nccl")
     return ClassMutation(
@@ -369,6 +371,8 @@ def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: s
         if spread else None,
         gang=GangSpec(scheduler_name=gang["schedulerName"], pod_group_annotation=gang.get("podGroupAnnotation"),
                       pod_group_label=gang.get("podGroupLabel")) if gang else None,
+        pod_group=PodGroupSpec(disruption_mode=group.get("disruptionMode", "PodGroup"),
+                               topology=bool(group.get("topology", True))) if group is not None else None,
         rdma=RdmaSpec(resource=rdma["resource"], amount=int(rdma.get("amount", 1)),
                       ipc_lock=bool(rdma.get("ipcLock", True))) if rdma else None,
         labels=dict(spec.get("labels") or {}),

@@ -267,6 +267,16 @@ class GangSpec:
 
 
 @dataclass(frozen=True)
+class PodGroupSpec:
+    """A class's group on the default scheduler (the Workload API's PodGroup): ``disruption_mode`` is
+    ``PodGroup`` where losing one pod stalls the others (training), so the scheduler preempts the group whole or
+    not at all; ``topology`` writes the narrowest topology level that holds the job as the group's constraint."""
+
+    disruption_mode: str = "PodGroup"
+    topology: bool = True
+
+
+@dataclass(frozen=True)
 class RdmaSpec:
     resource: str
     amount: int
@@ -284,6 +294,7 @@ class ClassMutation:
     pod_affinity: PodAffinitySpec | None = None
     topology_spread: TopologySpreadSpec | None = None
     gang: GangSpec | None = None
+    pod_group: PodGroupSpec | None = None  # the default scheduler's gang, through the Workload API
     rdma: RdmaSpec | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -451,6 +462,7 @@ class NodeCatalog:
 
     present: Mapping[str, str]    # catalog model name -> what the cluster has of it ("3 nodes x 8 GPUs")
     absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
+    beyond_severity: str = "warn"  # rules nodeCatalog.jobBeyondNodes: a job more than the nodes hold
     placement: Mapping[str, Any] = field(default_factory=dict)
 
 

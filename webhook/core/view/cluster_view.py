@@ -7,8 +7,8 @@ and ``check --cluster`` (one read of a cluster) each gather what they know into 
 models are present and where, for placement), the cluster's GPU DeviceClasses join the rules' own, and the
 backend's queues are indexed. Before this, each of the three callers merged by hand, in its own order.
 
-The PriorityClasses' state and the claims are read per request rather than merged: they change on their own
-watches, and mutation reads them directly (`webhook.core.admission.decide`).
+The PriorityClasses' state, the claims, the Workload API's support and the Jobs are read per request rather than
+merged: they change on their own watches, and mutation reads them directly (`webhook.core.admission.decide`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import Any, Mapping
 from ..backends.scheduling import with_queues
 from ..dra.claims import ClaimIndex
 from ..dra.classes import classes_of, with_device_classes
+from ..podgroups.support import NOT_KNOWN, PodGroupSupport
 from ..rules import Rules
+from ..workloads.templates import Resolver
 from .node_catalog import effective
 from .node_facts import UNDISCOVERED, DiscoveredCatalog
 from .priority_state import UNCHECKED, PriorityClassState
@@ -43,7 +45,9 @@ class ClusterView:
     ``nodes``: the GPU nodes (`UNDISCOVERED` offline or with no node watch). ``device_classes``: DeviceClasses, from
     one or more places, later ones winning by name. ``queues``: the scheduler backend's queue objects (None: not
     known, so no queue is said to be missing). ``priority_classes``: the PriorityClasses against the rules'.
-    ``claims``: the DRA claims and claim templates, for pods that reference them.
+    ``claims``: the DRA claims and claim templates, for pods that reference them. ``pod_groups``: the Workload
+    API the cluster serves and whether ai-admission's group controller runs; ``jobs``: finds a Job the server's
+    watch has seen (the Job controller's PodGroups are given what the Job's template says).
     """
 
     nodes: DiscoveredCatalog = UNDISCOVERED
@@ -51,6 +55,8 @@ class ClusterView:
     queues: Objects | None = None
     priority_classes: PriorityClassState = UNCHECKED
     claims: ClaimIndex | None = None
+    pod_groups: PodGroupSupport = NOT_KNOWN
+    jobs: Resolver | None = None
 
 
 NOTHING_KNOWN = ClusterView()

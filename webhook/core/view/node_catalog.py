@@ -99,12 +99,14 @@ def effective(rules: Rules, discovered: DiscoveredCatalog) -> Rules:
                 index[key] = merged
     spec = rules.raw.get("nodeCatalog") or {}
     severity = str(spec.get("modelWithoutNodes", "warn"))
+    beyond = str(spec.get("jobBeyondNodes", "warn"))
     model_of = {product: name for name, found in groups.items() if name in catalog for product in
                 (m.product for m in found)}
     where = placement(discovered.nodes.values(),
                       lambda node: model_of.get(node.gpu.product) if node.gpu is not None else None, rules)
     return dataclasses.replace(rules, catalog=catalog, model_index=index,
-                               nodes=NodeCatalog(present=present, absent_severity=severity, placement=where))
+                               nodes=NodeCatalog(present=present, absent_severity=severity, beyond_severity=beyond,
+                                                 placement=where))
 
 
 def catalog_block(discovered: DiscoveredCatalog, rules: Rules) -> dict[str, Any]:
