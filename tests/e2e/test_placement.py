@@ -19,24 +19,20 @@ directory, then PATH).
 
 from __future__ import annotations
 
-import copy
 import json
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-import requests
 import yaml
 
-from tests.conftest import Server, eventually, start_server, stop_server
-from tests.support.apiserver import warnings
+from tests.conftest import eventually, start_server, stop_server
 from tests.support.clusters import eks_cluster, gke_cluster, with_nodes
 from tests.support.control_plane import SCHEDULER, Component, ControlPlane, namespace_name, running
-from tests.support.e2e_install import install, route_labels, uninstall
+from tests.support.e2e_install import install, uninstall
+from tests.support.simulated import E2E_TOLERATION, Kubelets, SimulatedCluster, bound, create, create_node, domain
 from webhook.cluster.cluster_facts import UNSERVED_RETRY_SECONDS
 from webhook.core import names as names_
 from webhook.core.rules import Rules
@@ -45,87 +41,12 @@ from webhook.core.view.cluster_facts import NAME as FACTS
 from webhook.core.view.priority_state import PriorityClassState
 from webhook.generate import native, webhooks
 
-# The simulated nodes carry a taint of their own, tolerated only by this module's pods: pods other tests left
-# Pending elsewhere in the session's API server never land on them.
-E2E_TAINT = {"key": "e2e.ai-admission.io/placement", "value": "true", "effect": "NoSchedule"}
-E2E_TOLERATION = {"key": "e2e.ai-admission.io/placement", "operator": "Exists", "effect": "NoSchedule"}
 CLUSTERS: dict[str, Callable[[], list[dict[str, Any]]]] = {"gke": gke_cluster, "eks": eks_cluster}
 # how each provider's pods select its H100 nodes, and the key of the domain a 24-GPU job packs into
 H100_SELECTOR = {"gke": {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"},
                  "eks": {"node.kubernetes.io/instance-type": "p5.48xlarge"}}
 PACKING_KEY = {"gke": "cloud.google.com/gce-topology-block", "eks": "topology.k8s.aws/network-node-layer-2"}
 SETTLE_SECONDS = 8.0  # how long a pod that must stay Pending is watched
-
-
-@dataclass
-class SimulatedCluster:
-    name: str
-    plane: ControlPlane
-    server: Server
-    nodes: list[dict[str, Any]]
-    route: str
-    namespaces: list[str] = field(default_factory=list)
-
-    def api(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        answer = requests.request(method, f"{self.plane.url}{path}", data=None if body is None else json.dumps(body),
-                                  headers={**self.plane.auth_headers(), "Content-Type": content_type},
-                                  verify=str(self.plane.ca), timeout=30)
-        assert answer.status_code < 300 or (method == "DELETE" and answer.status_code == 404), answer.text
-        return answer.json() if answer.content else None
-
-    def namespace(self, hint: str) -> str:
-        name = self.plane.create_namespace(namespace_name(f"{self.name}-{hint}"), route_labels(self.route))
-        self.namespaces.append(name)
-        return name
-
-    def pods(self, namespace: str) -> list[dict[str, Any]]:
-        return self.api("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
-
-    def node_of(self, name: str) -> dict[str, Any]:
-        return next(n for n in self.nodes if n["metadata"]["name"] == name)
-
-
-def _create_node(cluster: SimulatedCluster, node: dict[str, Any]) -> None:
-    """Register ``node`` as its kubelet would, Ready; then do what the node lifecycle controller does for a Ready
-    node: the API server's TaintNodesByCondition admission taints every new Node not-ready, and that controller
-    (not run here: with no kubelet heartbeat it would mark the nodes unreachable) lifts the taint."""
-    body = copy.deepcopy(node)
-    taints = [*body["spec"].get("taints", []), E2E_TAINT]
-    body["spec"]["taints"] = taints
-    status = body.pop("status")
-    name = node["metadata"]["name"]
-    created = cluster.api("POST", "/api/v1/nodes", body)
-    assert {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"} in created["spec"]["taints"]
-    cluster.api("PATCH", f"/api/v1/nodes/{name}/status", {"status": status},
-                content_type="application/merge-patch+json")
-    cluster.api("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": taints}},
-                content_type="application/merge-patch+json")
-
-
-class Kubelets:
-    """What the kubelets would do for this test: a pod the scheduler deletes (a preemption victim, graceful) is
-    confirmed gone, so the scheduler sees its GPUs free."""
-
-    def __init__(self, cluster: SimulatedCluster) -> None:
-        self._cluster = cluster
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            for namespace in list(self._cluster.namespaces):
-                try:
-                    for pod in self._cluster.pods(namespace):
-                        if pod["metadata"].get("deletionTimestamp"):
-                            self._cluster.api("DELETE", f"/api/v1/namespaces/{namespace}/pods/"
-                                                        f"{pod['metadata']['name']}?gracePeriodSeconds=0")
-                except (AssertionError, requests.RequestException):
-                    continue
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +70,7 @@ def cluster(request: pytest.FixtureRequest, control_plane: ControlPlane, schedul
     kubelets = None
     try:
         for node in nodes:
-            _create_node(simulated, node)
+            create_node(simulated, node)
         # every worker has a node watch of its own, and /readyz answers from whichever worker takes the call: asked
         # a couple of dozen times, every worker has answered that it sees all the nodes
         eventually(lambda: all(server.get("/readyz").json()["nodeCatalog"]["gpuNodes"] == len(nodes)
@@ -225,27 +146,6 @@ def inference_replica(selector: dict[str, str], index: int, *, gpus: int = 1) ->
         "ownerReferences": [_owner("ReplicaSet", "apps/v1", "vllm-5d8f")]},
         "spec": {"nodeSelector": dict(selector), "tolerations": [E2E_TOLERATION], "terminationGracePeriodSeconds": 0,
                  "containers": [_gpu_container("vllm", gpus)]}}
-
-
-def create(cluster: SimulatedCluster, namespace: str, pod: dict[str, Any]) -> list[str]:
-    """Create ``pod`` (a real POST, as a controller makes it); the warnings the API server passed on."""
-    done = cluster.plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
-    assert done.returncode == 0, done.stderr
-    return warnings(done.stderr)
-
-
-def bound(cluster: SimulatedCluster, namespace: str, names: list[str], seconds: float = 60) -> dict[str, str]:
-    """pod name -> node, once every pod of ``names`` is bound."""
-    def all_bound() -> dict[str, str] | None:
-        found = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in cluster.pods(namespace)}
-        return found if all(found.get(name) for name in names) else None
-
-    result: dict[str, str] = eventually(all_bound, seconds=seconds, step=0.2)
-    return {name: result[name] for name in names}
-
-
-def domain(cluster: SimulatedCluster, node: str, key: str) -> str:
-    return cluster.node_of(node)["metadata"]["labels"][key]
 
 
 def fill_one_node_per_domain(cluster: SimulatedCluster, namespace: str, key: str) -> None:

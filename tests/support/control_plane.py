@@ -35,7 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import requests
 import yaml
@@ -241,9 +241,11 @@ class ControlPlane:
     through PR_SET_PDEATHSIG, when the interpreter is killed.
     """
 
-    def __init__(self, binaries: Binaries, workdir: Path) -> None:
+    def __init__(self, binaries: Binaries, workdir: Path, *, feature_gates: Mapping[str, bool] | None = None) -> None:
         self.binaries = binaries
         self.workdir = workdir
+        # the same gates on the API server and on each component started for it, as a cluster sets them
+        self.feature_gates = dict(feature_gates or {})
         self.kubeconfig = workdir / "kubeconfig"
         self.url = ""
         self.started_in = 0.0  # seconds from starting etcd to /readyz answering ok
@@ -276,6 +278,7 @@ class ControlPlane:
                 # no controller manager runs to create the service accounts this plugin insists on
                 "--disable-admission-plugins=ServiceAccount",
                 "--allow-privileged=true", "--runtime-config=api/all=true", "--profiling=false",
+                *self._gates(),
             ], self.workdir / "kube-apiserver.log"))
             self._wait_ready(deadline=began + timeout)
         except BaseException:
@@ -365,11 +368,17 @@ class ControlPlane:
         }))
         self.kubeconfig.chmod(0o600)
 
+    def _gates(self) -> list[str]:
+        if not self.feature_gates:
+            return []
+        return ["--feature-gates=" + ",".join(f"{gate}={str(on).lower()}" for gate, on in sorted(self.feature_gates.items()))]
+
     def start_scheduler(self, binary: Path, *, timeout: float = START_TIMEOUT) -> Component:
         """A kube-scheduler for this control plane (default configuration, no leader election, no serving port):
         it binds pods to the Node objects tests create, and preempts as a cluster's scheduler does."""
         return self._start_component(SCHEDULER, [str(binary), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false",
-                                                 "--secure-port=0", "--v=2"], "Starting Kubernetes Scheduler",
+                                                 "--secure-port=0", "--v=2", *self._gates()],
+                                     "Starting Kubernetes Scheduler",
                                      timeout=timeout)
 
     def start_controller_manager(self, binary: Path, *, controllers: Sequence[str] = (
@@ -382,7 +391,7 @@ class ControlPlane:
             str(binary), f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", "--secure-port=0",
             f"--controllers={','.join(controllers)}", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={self._creds.sa_key}", f"--root-ca-file={self._creds.ca}",
-            "--v=2"], "Started controller", timeout=timeout)
+            "--v=2", *self._gates()], "Started controller", timeout=timeout)
 
     def _start_component(self, name: str, argv: list[str], started: str, *, timeout: float) -> Component:
         """Spawn a component; back once its log says ``started`` (else once it has stayed alive a few seconds)."""
