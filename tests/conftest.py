@@ -27,6 +27,7 @@ import pytest
 import requests
 
 from certs import ensure_dev_certs
+from tests.support import processes
 from tests.support.control_plane import ControlPlane, MissingBinaries, find_binaries, free_port, namespace_name
 from tests.support.e2e_install import install
 from webhook.config.rules_file import load_rules
@@ -119,6 +120,8 @@ SERVERS: list[Server] = []
 
 
 def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, str] | None = None) -> Server:
+    """The shipped server (gunicorn, its config, TLS) on a free port, once it answers; stopped, with every worker,
+    if it does not (`tests.support.processes`)."""
     tls = ensure_dev_certs(tmp / "tls")
     port = free_port()
     log = tmp / "gunicorn.log"
@@ -127,31 +130,20 @@ def start_server(tmp: Path, *, rules: Path = RULES_FILE, extra_env: dict[str, st
            "AI_ADMISSION_CHECK_PRIORITY_CLASSES": "false", "AI_ADMISSION_NODE_CATALOG": "false",
            "AI_ADMISSION_DRAIN_SECONDS": "0", **(extra_env or {})}
     gunicorn = Path(sys.executable).with_name("gunicorn")
-    process = subprocess.Popen([str(gunicorn), "-c", "python:webhook.server.gunicorn_conf"], cwd=ROOT, env=env,
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    process = processes.start_session([str(gunicorn), "-c", "python:webhook.server.gunicorn_conf"], log=log, env=env,
+                                      cwd=ROOT)
     server = Server(url=f"https://127.0.0.1:{port}", ca=str(tls / "ca.crt"), process=process, log=log)
+    with processes.stopped_on_failure(process):
+        answer = processes.wait_until_answering(process, f"{server.url}/healthz", verify=server.ca, log=log)
+        assert answer.status_code == 200, answer.text
     SERVERS.append(server)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            if server.get("/healthz").status_code == 200:
-                return server
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    process.terminate()
-    raise RuntimeError(f"gunicorn did not answer within 30 s:\n{log.read_text()}")
+    return server
 
 
 def stop_server(server: Server) -> None:
-    """Stop ``server``; its internal-error count is read first, so the guard still sees it."""
+    """Stop ``server`` and its workers; its internal-error count is read first, so the guard still sees it."""
     server.collect()
-    server.process.terminate()
-    try:
-        server.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:  # pragma: no cover
-        server.process.kill()
+    processes.stop(server.process)
 
 
 def eventually(check: Callable[[], Any], seconds: float = 30, step: float = 0.1) -> Any:
@@ -211,6 +203,12 @@ def _no_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 FOLDER_MARKERS = {"unit": "unit", "server": "server", "e2e": "e2e", "packaging": "packaging"}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Whatever a test or fixture started and did not stop (it failed half-way, or was interrupted) is stopped
+    here: no server outlives the run."""
+    processes.stop_all()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -28,7 +28,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import requests
 
 from certs import ensure_dev_certs
+from tests.support import processes
 from tests.support.control_plane import free_port
 from tests.support.kubelet import KeyDir
 
@@ -213,12 +213,7 @@ class Pod:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        processes.stop(self.process, grace=30)
 
 
 def _secret_keys(volume: dict[str, Any], tls: Path) -> dict[str, bytes]:
@@ -228,7 +223,7 @@ def _secret_keys(volume: dict[str, Any], tls: Path) -> dict[str, bytes]:
 
 
 def start(container: Container, tmp: Path, *, kubeconfig: Path, api_port: int, rules: str,
-          base: Image | None = None, timeout: float = 60) -> Pod:
+          base: Image | None = None, timeout: float = processes.START_SECONDS) -> Pod:
     """Start ``container`` as the kubelet would, with ``rules`` as the rules ConfigMap's ``rules.yaml``; return
     once the process listens (readiness is the test's to wait for, by the probe)."""
     base = base or image()
@@ -255,20 +250,11 @@ def start(container: Container, tmp: Path, *, kubeconfig: Path, api_port: int, r
     log = tmp / "pod.log"
     command = argv(container, base)
     executable = _resolve(command[0], environment["PATH"])
-    process = subprocess.Popen([executable, *command[1:]], cwd=workdir, env=environment,
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    process = processes.start_session([executable, *command[1:]], log=log, env=environment, cwd=workdir)
     pod = Pod(container=container, process=process, port=port, ca=str(tls / "ca.crt"), volumes=volumes, log=log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the container exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            requests.get(pod.url + "/healthz", verify=pod.ca, timeout=2)
-            return pod
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    pod.stop()
-    raise AssertionError(f"the container did not listen within {timeout:g} s:\n{log.read_text()}")
+    with processes.stopped_on_failure(process):
+        processes.wait_until_answering(process, pod.url + "/healthz", verify=pod.ca, log=log, timeout=timeout)
+    return pod
 
 
 def _environment(container: Container, base: Image, paths: dict[str, Path], port: int, *, kubeconfig: Path,
