@@ -11,7 +11,7 @@ from tests.conftest import RULES_FILE
 from tests.support.e2e_install import BARE_POD, PROFILED_POD
 from tests.support.reviews import admission_review
 from webhook.config.rules_file import load_rules
-from webhook.core.admission import MUTATE, VALIDATE, decide, respond
+from webhook.core.admission import MUTATE, VALIDATE, decide, respond, route_of
 from webhook.core.review import parse_review
 from webhook.core.rules import compile_rules
 from webhook.core.view.cluster_view import ClusterView
@@ -31,7 +31,9 @@ def request(pod: dict[str, Any], *, name: str = "", namespace: str = "ml-team", 
 
 def cached(cache: DecisionCache, req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, state: Any = UNCHECKED_STATE,
            path_mode: str | None = None) -> Any:
-    return cache.decide(req, rules=rules, endpoint=endpoint, path_mode=path_mode, view=ClusterView(priority_classes=state), decide=decide)
+    route = route_of(req, rules=rules, endpoint=endpoint, path_mode=path_mode)
+    return cache.decide(req, route, rules=rules, endpoint=endpoint, view=ClusterView(priority_classes=state),
+                        decide=decide)
 
 
 def fresh(req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, state: Any = UNCHECKED_STATE,

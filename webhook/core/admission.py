@@ -296,51 +296,85 @@ def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: 
                         resolve=resolve, claims=claims, pod_groups=pod_groups)
 
 
-def request_mode(request: AdmissionRequest, *, rules: Rules, path_mode: str | None) -> tuple[str, str]:
-    """(namespace, mode) of a request: its namespace (else its object's) and the mode in force there. `decide` and
-    the server's decision cache both take it from here, so a cached verdict is one of the same mode."""
-    namespace = request.namespace or str(podview.metadata(request.object or {}).get("namespace") or "")
-    return namespace, resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+# What a request is judged as (`Route.action`): a pod mutated at its CREATE, the Job controller's PodGroup at its
+# CREATE, an owner of the kinds table given a backend's words at its CREATE, an object judged (a pod, a claim, a
+# controller's templates), an ephemeral container added to a running pod; "" for what ai-admission does not act on.
+MUTATE_POD, POD_GROUP, OWNER, JUDGE, EPHEMERAL_CONTAINER, NOTHING = (
+    "mutate-pod", "pod-group", "owner", "judge", "ephemeral", "")
+
+
+@dataclass(frozen=True)
+class Route:
+    """A request as it is judged, worked out once from the request and the rules (`route_of`): what is done with
+    it, in which namespace and mode, the subject its messages name, the kind judged, the object before an UPDATE,
+    and whether its verdict may be remembered (a pod at its CREATE that takes no DRA claims: the verdict then reads
+    only the pod, the rules and the view's PriorityClass and Workload API states). The server's decision cache and
+    `decide` both read it, so neither works any of it out again."""
+
+    action: str
+    namespace: str
+    mode: str
+    subject: str = ""
+    kind: str = ""
+    old: Mapping[str, Any] | None = None
+    cacheable: bool = False
+
+
+def route_of(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None) -> Route:
+    """What `decide` does with ``request`` at ``endpoint``. Pods are judged (and mutated) on CREATE; controllers and
+    AI CRDs have their templates validated on CREATE and UPDATE, and so are DRA claims and claim templates; of the
+    subresources only ``pods/ephemeralcontainers`` is acted on; status, scale, binding and the others never are."""
+    obj = request.object
+    namespace = request.namespace or str(podview.metadata(obj or {}).get("namespace") or "")
+    mode = resolve_mode(rules, namespace=namespace, path_mode=path_mode)
+    pod = request.resource == "pods"
+    subject = subject_of(request) if pod else ""
+    action = NOTHING
+    if obj is None:
+        pass
+    elif request.sub_resource:
+        if pod and request.sub_resource == EPHEMERAL and request.operation == "UPDATE":
+            action = EPHEMERAL_CONTAINER
+    elif request.is_pod_create and endpoint == MUTATE:
+        action = MUTATE_POD
+    elif request.group == WORKLOAD_GROUP and request.resource == RESOURCE:
+        action = POD_GROUP if endpoint == MUTATE and request.operation == "CREATE" else NOTHING
+    elif endpoint == MUTATE and request.operation == "CREATE" and not pod:
+        action = OWNER
+    elif endpoint == VALIDATE and request.operation in ("CREATE", "UPDATE") and (not pod or request.is_pod_create):
+        action = JUDGE
+    spec = podview.as_dict(obj.get("spec")) if isinstance(obj, dict) else {}
+    cacheable = action in (MUTATE_POD, JUDGE) and pod and isinstance(obj, dict) and not spec.get("resourceClaims")
+    return Route(action=action, namespace=namespace, mode=mode, subject=subject,
+                 kind="Pod" if pod else request.kind,
+                 old=request.old_object if request.operation == "UPDATE" else None, cacheable=cacheable)
 
 
 def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
-           view: ClusterView = NOTHING_KNOWN) -> Verdict | None:
-    """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged).
-
-    Pods are judged (and mutated) on CREATE; controllers and AI CRDs have their templates validated on CREATE
-    and UPDATE, and so are DRA claims and claim templates. Of the subresources only ``pods/ephemeralcontainers``
-    is (`ephemeral_verdict`); status, scale, binding and the others never are. ``rules``: the rules in force
+           view: ClusterView = NOTHING_KNOWN, route: Route | None = None) -> Verdict | None:
+    """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged), by its
+    ``route`` (`route_of`; worked out here where the caller has none). ``rules``: the rules in force
     (`webhook.core.view.cluster_view.in_force`); ``view``: the cluster as last seen, of which a request reads the
-    PriorityClasses' state and the claims.
+    PriorityClasses' state, the claims and the Workload API's support.
     """
-    if request.object is None:
+    route = route or route_of(request, rules=rules, endpoint=endpoint, path_mode=path_mode)
+    action, namespace, mode = route.action, route.namespace, route.mode
+    if action == NOTHING or request.object is None:
         return None
-    namespace, mode = request_mode(request, rules=rules, path_mode=path_mode)
-    if request.sub_resource:
-        if request.resource == "pods" and request.sub_resource == EPHEMERAL and request.operation == "UPDATE":
-            return ephemeral_verdict(request.object, request.old_object, rules=rules, mode=mode, namespace=namespace,
-                                     mutate=endpoint == MUTATE, subject=subject_of(request))
-        return None
-    source = view.claims.source(namespace) if view.claims is not None else None
-    if request.is_pod_create and endpoint == MUTATE:
-        return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=view.priority_classes, claims=source,
-                              namespace=namespace, pod_groups=view.pod_groups)
-    if request.group == WORKLOAD_GROUP and request.resource == RESOURCE:
-        if endpoint == MUTATE and request.operation == "CREATE":
-            return pod_group_verdict(request.object, version=request.version, rules=rules, mode=mode, view=view)
-        return None
-    if endpoint == MUTATE and request.operation == "CREATE" and request.resource != "pods":
+    if action == EPHEMERAL_CONTAINER:
+        return ephemeral_verdict(request.object, request.old_object, rules=rules, mode=mode, namespace=namespace,
+                                 mutate=endpoint == MUTATE, subject=route.subject)
+    if action == POD_GROUP:
+        return pod_group_verdict(request.object, version=request.version, rules=rules, mode=mode, view=view)
+    if action == OWNER:
         return owner_verdict(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
                              namespace=namespace)
-    if endpoint != VALIDATE or request.operation not in ("CREATE", "UPDATE"):
-        return None
-    if request.resource == "pods" and not request.is_pod_create:
-        return None
-    judged = judge(request.object, rules=rules, mode=mode, group=request.group,
-                   kind="Pod" if request.resource == "pods" else request.kind, namespace=namespace,
-                   subject=subject_of(request) if request.resource == "pods" else None,
-                   old=request.old_object if request.operation == "UPDATE" else None, claims=source,
-                   pod_groups=view.pod_groups)
+    source = view.claims.source(namespace) if view.claims is not None else None
+    if action == MUTATE_POD:
+        return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=view.priority_classes,
+                              claims=source, namespace=namespace, pod_groups=view.pod_groups)
+    judged = judge(request.object, rules=rules, mode=mode, group=request.group, kind=route.kind, namespace=namespace,
+                   subject=route.subject or None, old=route.old, claims=source, pod_groups=view.pod_groups)
     return judged[0] if judged else None
 
 

@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 
 from webhook.config.settings import Settings
 from webhook.core import podview
-from webhook.core.admission import MUTATE, VALIDATE, Verdict, decide, respond
+from webhook.core.admission import MUTATE, VALIDATE, Verdict, decide, respond, route_of
 from webhook.core.dra.claims import CLAIM, CLAIM_TEMPLATE
 from webhook.core.review import AdmissionRequest, ReviewError, build_response, parse_review
 from webhook.core.rules import MODES
@@ -118,11 +118,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             return _error(exc.status, exc.message)
         try:
             rules, view = running.rules, running.view
+            route = route_of(review, rules=rules, endpoint=endpoint, path_mode=path_mode)
             if decisions is None:
-                verdict = decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
+                verdict = decide(review, rules=rules, endpoint=endpoint, view=view, route=route)
             else:
-                verdict = decisions.decide(review, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view,
-                                           decide=decide)
+                verdict = decisions.decide(review, route, rules=rules, endpoint=endpoint, view=view, decide=decide)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)

@@ -1,16 +1,16 @@
 """Decisions remembered for pods that differ only in name: a Job with ``parallelism: 500`` or a ReplicaSet
 scale-up sends the same pod hundreds of times, each with its own name, uid and managedFields timestamp.
 
-The key is what the decision reads: the endpoint, the mode in force (the path's or the rules'), the request's
-namespace, and the pod without ``metadata.name``, ``generateName``, ``uid`` and ``managedFields`` (none of which
-classification, profile, policy or mutation read). Messages do name the pod, so a remembered verdict that
-carries a message is used only for a pod with the same subject. A pod that takes DRA claims is never remembered:
-its decision also reads the claims the watch has seen, which change under it (a template created after its first
-pod). Only pods on CREATE are remembered, the cache is
-bounded (least recently used out), and it is emptied when the rules, the PriorityClass state or the Workload API's
-support it was built with are replaced (a rules reload, a PriorityClass check that saw something new, the group
-controller going out of service). The response is always built for the
-request at hand (its uid), never remembered.
+The key is what the decision reads, as the request's route says it (`webhook.core.admission.route_of`, worked
+out once for the cache and the decision): what is done (mutated or judged), the mode in force (the path's or the
+rules'), the request's namespace, and the pod without ``metadata.name``, ``generateName``, ``uid`` and
+``managedFields`` (none of which classification, profile, policy or mutation read). Messages do name the pod, so
+a remembered verdict that carries a message is used only for a pod with the same subject. Only pods at their
+CREATE that take no DRA claims are remembered (a claim's verdict reads the claims the watch has seen, which change
+under it). The cache is bounded (least recently used out), and it is emptied when the rules, the PriorityClass
+state or the Workload API's support it was built with are replaced (a rules reload, a PriorityClass check that saw
+something new, the group controller going out of service). The response is always built for the request at hand
+(its uid), never remembered.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Callable
 
 import orjson
 
-from webhook.core.admission import Verdict, request_mode, subject_of
+from webhook.core.admission import Route, Verdict
 from webhook.core.podgroups.support import PodGroupSupport
 from webhook.core.review import AdmissionRequest
 from webhook.core.rules import Rules
@@ -32,14 +32,12 @@ SIZE = 512  # entries per worker (the settings' AI_ADMISSION_DECISION_CACHE); 0 
 _IGNORED_METADATA = ("name", "generateName", "uid", "managedFields")
 
 
-def decision_key(request: AdmissionRequest, *, endpoint: str, mode: str) -> bytes | None:
-    """What the decision for ``request`` depends on, as bytes; None for what is never remembered."""
+def decision_key(request: AdmissionRequest, route: Route) -> bytes | None:
+    """What the decision for ``request`` depends on, as bytes; None for what is never remembered (its ``route`` says
+    which, `webhook.core.admission.route_of`)."""
     pod = request.object
-    if not request.is_pod_create or not isinstance(pod, dict) or request.sub_resource:
+    if not route.cacheable or not isinstance(pod, dict):
         return None
-    spec = pod.get("spec")
-    if isinstance(spec, dict) and spec.get("resourceClaims"):
-        return None  # DRA: the verdict depends on the claims known at the time
     metadata = pod.get("metadata")
     if isinstance(metadata, dict):
         pod = {**pod, "metadata": {k: v for k, v in metadata.items() if k not in _IGNORED_METADATA}}
@@ -47,7 +45,7 @@ def decision_key(request: AdmissionRequest, *, endpoint: str, mode: str) -> byte
         body = orjson.dumps(pod, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # not JSON after all: decide it afresh
         return None
-    return orjson.dumps([endpoint, mode, request.namespace]) + body
+    return orjson.dumps([route.action, route.mode, route.namespace]) + body
 
 
 class DecisionCache:
@@ -62,14 +60,13 @@ class DecisionCache:
         self._pod_groups: PodGroupSupport | None = None
         self.hits = 0
 
-    def decide(self, request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None,
-               view: ClusterView, decide: Callable[..., Verdict | None]) -> Verdict | None:
+    def decide(self, request: AdmissionRequest, route: Route, *, rules: Rules, endpoint: str, view: ClusterView,
+               decide: Callable[..., Verdict | None]) -> Verdict | None:
         """``decide(request, ...)``'s verdict, remembered when the same pod comes again."""
-        _, mode = request_mode(request, rules=rules, path_mode=path_mode)
-        key = decision_key(request, endpoint=endpoint, mode=mode)
+        key = decision_key(request, route)
         if key is None:
-            return decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
-        subject = subject_of(request)
+            return decide(request, rules=rules, endpoint=endpoint, view=view, route=route)
+        subject = route.subject
         priority_classes, pod_groups = view.priority_classes, view.pod_groups
         with self._lock:
             if (self._rules is not rules or self._priority_classes is not priority_classes
@@ -81,7 +78,7 @@ class DecisionCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return found[0]
-        verdict = decide(request, rules=rules, endpoint=endpoint, path_mode=path_mode, view=view)
+        verdict = decide(request, rules=rules, endpoint=endpoint, view=view, route=route)
         with self._lock:
             if self._rules is rules and self._priority_classes is priority_classes and self._pod_groups is pod_groups:
                 self._entries[key] = (verdict, subject)
