@@ -8,6 +8,9 @@ MODEL_PARAMS = PREFIX + "model-params"
 MODEL_PRECISION = PREFIX + "model-precision"
 PREEMPTIBLE = PREFIX + "preemptible"
 MULTI_NODE = PREFIX + "multi-node"
+# How the pod spreads its work over every GPU it asks for ("tensor", "pipeline", "data", "expert"), where its
+# command line does not say: it is then never told that it asks for GPUs beyond its memory need.
+PARALLELISM = PREFIX + "parallelism"
 PROFILE = PREFIX + "profile"
 # Written by a native class policy beside the profile record when it judged the pod whole (the webhooks then leave
 # the pod out: webhook/generate/native_record.py); the webhook never writes it.

@@ -254,6 +254,10 @@ LEDGER: dict[Callable[..., Any], Entry] = {
     validate._gpus: Judged((_readable, _model_by_label, _model_on_nodes, _fits_a_node, _vendor, _fits_a_card,
                             _not_mig, _memory_plain),
                            "the model named and on the nodes, of the resource's vendor, the GPUs and the memory fit"),
+    validate._rightsizing: Judged((_memory_plain,),
+                                  "its need is stated per GPU, so it takes every GPU it asks for (never "
+                                  "gpu-over-provisioned, whose need is a whole model's: no hint of ours but the "
+                                  "memory)"),
     validate._priority: Judged((_no_priority_class,), "the pod names no PriorityClass, so none that is not allowed"),
     validate._unknown_accelerators: Judged((_countable,), "every accelerator is one the rules list"),
     validate._host_memory: Judged((_host_memory,), "every container has a memory limit"),
