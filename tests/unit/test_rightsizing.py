@@ -1,6 +1,7 @@
 """GPUs asked beyond the need (`webhook.core.rightsizing`): the count a whole model's need takes, said at admission
 with the capacity denial's count; what is left quiet (a need stated per GPU, data-parallel training, a stated
-parallelism, a multi-node job); and the profile record, which holds a single pod's need on the GPUs it takes.
+parallelism, a multi-node job); the smaller card or MIG slice of the cluster that holds the need of one GPU; and the
+profile record, which holds a single pod's need on the GPUs it takes.
 
 The pods follow the serving manifests as their projects publish them (vLLM's and SGLang's arguments, TGI's
 ``--num-shard``); the clusters are tests/support/clusters.py's, labelled as the providers label them.
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.builders import rules_with
+from tests.support.clusters import A100, a100_cluster, gke_cluster, node, with_nodes
 from tests.support.reviews import apply_verdict
 from webhook.core import names
 from webhook.core.admission import Verdict, judge_pod, mutate_verdict
@@ -22,6 +24,7 @@ from webhook.core.findings import Finding
 from webhook.core.profile import build_profile
 from webhook.core.review import MAX_WARNING_CHARS
 from webhook.core.rightsizing.findings import rightsizing_findings
+from webhook.core.rightsizing.smaller import largest_smaller, smaller_devices
 from webhook.core.rules import Rules, RulesError, compile_rules
 from webhook.core.workloads.parallelism import parallel_size
 
@@ -165,8 +168,8 @@ def test_the_rules_make_it_a_denial_for_a_class_and_the_namespace_mode_applies()
 def test_a_bad_action_stops_the_rules() -> None:
     with pytest.raises(RulesError, match=r"rightsizing.overProvisioned: 'loud' is not one of"):
         rules_with({"rightsizing": {"overProvisioned": "loud"}})
-    with pytest.raises(RulesError, match=r"classes.training.rightsizing.overProvisioned: 'always' is not one of"):
-        rules_with({"classes": {"training": {"rightsizing": {"overProvisioned": "always"}}}})
+    with pytest.raises(RulesError, match=r"classes.training.rightsizing.smallerCard: 'deny' is not one of"):
+        rules_with({"classes": {"training": {"rightsizing": {"smallerCard": "deny"}}}})
 
 
 def test_a_denied_vendor_or_an_unknown_model_is_told_nothing_of_its_size(rules: Rules) -> None:
@@ -190,10 +193,71 @@ def test_the_record_says_what_the_need_takes(rules: Rules) -> None:
     assert record(bare, rules)["gpusNeeded"] is None  # no need stated, no count
 
 
+# -- a smaller card, a MIG slice -------------------------------------------------------------------------------------
+
+def mig_a100(name: str) -> dict[str, Any]:
+    """An A100 node in MIG mixed mode, as GPU feature discovery labels it and the device plugin offers its slices."""
+    return node(name, A100, gpus=8, memory_mib=81920, extra={"nvidia.com/mig-1g.10gb": "56", "nvidia.com/gpu": "0"},
+                labels={"gpu-type": "a100-80g", "nvidia.com/mig.strategy": "mixed",
+                        "nvidia.com/mig-1g.10gb.count": "56", "nvidia.com/mig-1g.10gb.memory": "9728"})
+
+
+def test_a_need_one_l4_holds_is_told_so_with_the_label_the_pod_selects_by(rules: Rules) -> None:
+    cluster = with_nodes(gke_cluster(), rules)  # H100 and L4 nodes
+    verdict = judged(server(notes={names.GPU_MEMORY: "10Gi"}, gpus=1), cluster)
+    assert codes(verdict) == ["gpu-fits-smaller-model"]
+    (warning,) = verdict.warnings
+    assert warning == ('the 10Gi each GPU needs fits one l4-24g card (22.5Gi), which this cluster has (4 nodes x 4 GPUs): '
+                       'select it (nodeSelector "cloud.google.com/gke-accelerator: nvidia-l4") rather than h100-80g, '
+                       'unless the work needs the larger card\'s speed')
+    # a whole model's need, held by one of its cards: told both what it takes and the smaller card that holds it
+    assert codes(judged(server("7B", "bf16", 8), cluster)) == ["gpu-over-provisioned", "gpu-fits-smaller-model"]
+    assert "the 15.6Gi the model needs fits one l4-24g" in judged(server("7B", "bf16", 1), cluster).warnings[0]
+
+
+def test_nothing_smaller_is_named_that_does_not_hold_it_or_that_no_node_has(rules: Rules) -> None:
+    cluster = with_nodes(gke_cluster(), rules)
+    assert codes(judged(server(notes={names.GPU_MEMORY: "40Gi"}, gpus=1), cluster)) == []  # more than an L4 holds
+    assert codes(judged(server(notes={names.GPU_MEMORY: "10Gi"}, gpus=1), rules)) == []  # no node watch: no word
+    assert codes(judged(server("70B", "fp16", 2), cluster)) == []  # needs two cards: not one smaller card
+    # training chooses its card for its speed (the class's rule), and a model split on purpose is not one card's
+    assert codes(judged(server(notes={names.GPU_MEMORY: "10Gi", names.WORKLOAD_TYPE: "training"}), cluster)) == []
+    assert codes(judged(server("7B", "bf16", 2, args=["-tp", "2"]), cluster)) == []
+    # the A100 80GB and the H100 report 81920 and 81559 MiB: neither is a smaller card of the other
+    a100 = with_nodes(a100_cluster(), rules)
+    assert [d.model.name for d in smaller_devices(a100, a100.catalog["a100-80g"], a100.catalog["a100-80g"].memory)] \
+        == ["l4-24g"]
+    assert codes(judged(server(notes={names.GPU_MEMORY: "60Gi"}, gpus=1, selector={"gpu-type": "a100-80g"}), a100)) \
+        == []
+
+
+def test_a_mig_slice_a_node_offers_is_named(rules: Rules) -> None:
+    cluster = with_nodes([*gke_cluster(), mig_a100("a100-mig-1")], rules)
+    assert cluster.nodes is not None and set(cluster.nodes.mig_slices) == {"1g.10gb"}
+    verdict = judged(server(notes={names.GPU_MEMORY: "6Gi"}, gpus=1), cluster)
+    assert codes(verdict) == ["gpu-fits-smaller-model", "gpu-fits-mig-slice"]
+    assert verdict.warnings[1] == ("the 6Gi each GPU needs fits a MIG 1g.10gb slice (9.3Gi), which a100-80g nodes of "
+                                   "this cluster offer: ask for the slice (nvidia.com/mig-1g.10gb) rather than a whole "
+                                   "h100-80g")
+    assert codes(judged(server(notes={names.GPU_MEMORY: "12Gi"}, gpus=1), cluster)) == ["gpu-fits-smaller-model"]
+    # the largest smaller device of a card: what the facts tell the native policy
+    assert largest_smaller(cluster, cluster.catalog["h100-80g"]) == cluster.catalog["l4-24g"].memory
+    assert largest_smaller(cluster, cluster.catalog["l4-24g"]) == 10 * 10**9
+
+
+def test_a_class_may_turn_the_smaller_card_off() -> None:
+    rules = rules_with({"classes": {"inference": {"rightsizing": {"smallerCard": "off"}}}})
+    cluster = with_nodes(gke_cluster(), rules)
+    assert codes(judged(server(notes={names.GPU_MEMORY: "10Gi"}, gpus=1), cluster)) == []
+
+
 def test_every_message_fits_a_warning_whole(rules: Rules) -> None:
     """The API server cuts a warning past 256 characters: the longest names and counts still fit."""
+    cluster = with_nodes([*gke_cluster(), mig_a100("a100-mig-1")], rules)
     found: list[Finding] = []
-    for pod in (server("1.5T", "fp32", 16, selector={"gpu-type": "rtx-pro-6000-96g"}), server("405B", "int4", 16)):
-        found += rightsizing_findings(build_profile(pod, rules), rules)
-    assert {f.code for f in found} == {"gpu-over-provisioned"}
+    for pod in (server("1.5T", "fp32", 16, selector={"gpu-type": "rtx-pro-6000-96g"}),
+                server("405B", "int4", 16), server(notes={names.GPU_MEMORY: "1536Mi"}, gpus=16)):
+        found += rightsizing_findings(build_profile(pod, cluster), cluster)
+    assert {f.code for f in found} == {"gpu-over-provisioned", "gpu-fits-smaller-model", "gpu-fits-mig-slice"}
     assert all(len(f.message) <= MAX_WARNING_CHARS for f in found), [len(f.message) for f in found]
+

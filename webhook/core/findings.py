@@ -74,6 +74,12 @@ CODES: tuple[Code, ...] = (
          "ask for the count the message gives, or, if every GPU serves the model, say how: --tensor-parallel-size, "
          "--pipeline-parallel-size, --data-parallel-size (vLLM, SGLang), --num-shard (TGI), or annotation "
          "ai-admission.io/parallelism: tensor, pipeline, data or expert"),
+    Code("gpu-fits-smaller-model", "warn", "with the node watch on: the memory need of one GPU fits one card of a "
+         "smaller model the cluster's nodes have (of the vendor, with at most three quarters of the memory: the "
+         "rules' rightsizing.smallerShare)", "select the model the message names, unless the work needs the larger "
+         "card's speed (the rules' rightsizing.smallerCard: off turns it off for a class)"),
+    Code("gpu-fits-mig-slice", "warn", "with the node watch on: the memory need of one GPU fits a MIG slice a node "
+         "of the cluster offers", "ask for the slice (nvidia.com/mig-<profile>) rather than a whole card"),
     Code("gpu-request-limit-mismatch", "deny", "an accelerator's request and limit differ (devices cannot be "
          "overcommitted)", "set both to the same whole number"),
     Code("invalid-quantity", "deny", "an accelerator amount is not a whole number of devices",

@@ -456,6 +456,8 @@ class NodeCatalog:
     present: Mapping[str, str]    # catalog model name -> what the cluster has of it ("3 nodes x 8 GPUs")
     absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
     placement: Mapping[str, Any] = field(default_factory=dict)
+    # MIG profile a node offers ("1g.10gb") -> (the memory of one slice, the catalog model it is cut from)
+    mig_slices: Mapping[str, tuple[Decimal, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
