@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.support.builders import rules_with
+from tests.support.builders import rules_with, run_check
 from tests.support.clusters import A100, a100_cluster, gke_cluster, node, with_nodes
 from tests.support.reviews import apply_verdict
+from webhook.cli import audit as audit_cli
+from webhook.cluster.audit import Audit, judge, report_results
 from webhook.core import names
 from webhook.core.admission import Verdict, judge_pod, mutate_verdict
 from webhook.core.findings import Finding
@@ -261,3 +265,74 @@ def test_every_message_fits_a_warning_whole(rules: Rules) -> None:
     assert {f.code for f in found} == {"gpu-over-provisioned", "gpu-fits-smaller-model", "gpu-fits-mig-slice"}
     assert all(len(f.message) <= MAX_WARNING_CHARS for f in found), [len(f.message) for f in found]
 
+
+# -- check, audit, PolicyReports -------------------------------------------------------------------------------------
+
+def deployment(name: str, replicas: int, pod: dict[str, Any], namespace: str = "serving") -> dict[str, Any]:
+    """A Deployment whose template is ``pod`` (its metadata's labels and annotations, its spec)."""
+    meta = pod["metadata"]
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": meta["labels"]},
+                     "template": {"metadata": {"labels": meta["labels"], "annotations": meta["annotations"]},
+                                  "spec": copy.deepcopy(pod["spec"])}}}
+
+
+def test_check_shows_the_gpus_the_need_takes(tmp_path: Path) -> None:
+    path = tmp_path / "servers.yaml"
+    path.write_text(yaml.safe_dump_all([deployment("mistral-7b", 3, server("7B", "bf16", 8)),
+                                        deployment("llama-70b", 1, server("70B", "fp16", 4, args=["-tp", "4"]))]))
+    done = run_check("-f", str(path))
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("WARN  Deployment serving/mistral-7b spec.template  class=inference (owner ReplicaSet/"
+                               "mistral-7b)  gpus=8 needed=1  reasons=gpu-over-provisioned")
+    assert "Deployment serving/llama-70b spec.template  class=inference (owner ReplicaSet/llama-70b)  gpus=4 needed=4" \
+        in done.stdout
+    assert lines[-1] == ("2 checked: 1 allowed, 1 allowed with warnings, 0 denied; 21 GPUs asked beyond the need")
+    results = json.loads(run_check("-f", str(path), "-o", "json").stdout)["results"]
+    assert [(r["name"], r["gpus"], r["gpusNeeded"], r["replicas"], r["gpusBeyondNeed"]) for r in results] == [
+        ("mistral-7b", 8, 1, 3, 21), ("llama-70b", 4, 4, 1, 0)]
+
+
+def listed(rules: Rules) -> list[dict[str, Any]]:
+    """What a cluster runs: an over-provisioned server Deployment (2 replicas) and pod in serving, a data-parallel
+    training pod and an over-provisioned batch pod in ml-team."""
+    pod = server("70B", "fp16", 4, notes={names.WORKLOAD_TYPE: "inference"})
+    pod["metadata"] = {**pod["metadata"], "name": "llama-70b-0", "uid": "u-llama"}
+    pod["metadata"].pop("ownerReferences")
+    batch = server("7B", "bf16", 2, notes={names.WORKLOAD_TYPE: "batch"})
+    batch["metadata"] = {**batch["metadata"], "name": "embed-0", "namespace": "ml-team", "uid": "u-embed"}
+    batch["metadata"].pop("ownerReferences")
+    training = server("7B", "bf16", 8, notes={names.WORKLOAD_TYPE: "training"})
+    training["metadata"] = {**training["metadata"], "name": "sft-0", "namespace": "ml-team", "uid": "u-sft"}
+    training["metadata"].pop("ownerReferences")
+    return [deployment("mistral-7b", 2, server("7B", "bf16", 8)), pod, batch, training]
+
+
+def test_audit_sums_the_gpus_asked_beyond_the_need_per_namespace_and_class(rules: Rules) -> None:
+    found = Audit(report=judge(listed(rules), rules=rules), namespaces=["ml-team", "serving"],
+                  modes={"ml-team": "deny", "serving": "deny"})
+    text = audit_cli.render_text(found)
+    assert ("namespace serving (mode deny): 2 judged, 0 would be denied, 2 warned; 16 GPUs asked beyond the need "
+            "(inference 16)") in text
+    assert "namespace ml-team (mode deny): 2 judged, 0 would be denied, 1 warned; 1 GPUs asked beyond the need " \
+           "(batch 1)" in text
+    assert "  WARN  gpu-over-provisioned (2): Deployment mistral-7b spec.template; Pod llama-70b-0" in text
+    assert text.splitlines()[-1] == ("4 judged in 2 namespaces: 0 would be denied in deny mode, 3 admitted with "
+                                     "warnings; 17 GPUs asked beyond the need (batch 1, inference 16)")
+    payload = json.loads(audit_cli.render_json(found))
+    assert payload["gpusBeyondNeed"] == {"total": 17, "byClass": {"batch": 1, "inference": 16}}
+    assert [ns["gpusBeyondNeed"]["total"] for ns in payload["namespaces"]] == [1, 16]
+
+
+def test_policy_reports_carry_the_finding_and_the_counts(rules: Rules) -> None:
+    report = judge(listed(rules), rules=rules)
+    entries = {(e["resources"][0]["name"], e["rule"]): e for e in report_results(report.results, "deny")}
+    told = entries["mistral-7b", "gpu-over-provisioned"]
+    assert told["result"] == "warn" and told["message"].startswith("needs 15.6Gi of GPU memory, which 1 h100-80g")
+    assert told["properties"] | {"template": "-"} == {"class": "inference", "mode": "deny", "template": "-",
+                                                      "gpus": "8", "gpusNeeded": "1", "gpusBeyondNeed": "14"}
+    passed = entries["sft-0", "gpu-profile"]
+    assert (passed["result"], passed["properties"]["gpusNeeded"], passed["properties"]["gpusBeyondNeed"]) == (
+        "pass", "8", "0")
