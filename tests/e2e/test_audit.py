@@ -17,6 +17,7 @@ import yaml
 from tests.conftest import ROOT, RULES_FILE, eventually, start_server, stop_server
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.e2e_install import BARE_POD, PROFILED_POD
+from tests.support.fixtures import FIXTURES, load_pod_case
 from webhook import cli
 from webhook.cluster.reports import NAME
 
@@ -160,3 +161,31 @@ def test_audit_reads_the_config_maps_a_container_takes_env_from(control_plane: C
     assert (result["kind"], result["name"], result["severity"]) == ("Job", "sees-gpus", "deny")
     assert result["denials"] == ["gpu-visible-devices-env"]
     assert '(from ConfigMap "gpu-env", by envFrom)' in result["message"]
+
+
+def test_audit_sums_the_gpus_asked_beyond_the_need(control_plane: ControlPlane,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """What runs in a cluster: a vLLM server Deployment of 3 replicas, each asking for 8 H100s for a 7B bf16 model
+    (one holds it), and a 70B server on 4 that says it shards over them: audit prints 21 GPUs beyond the need."""
+    namespace = control_plane.create_namespace(namespace_name("audit-beyond"), {"ai-admission.io/mode": "audit"})
+    server = load_pod_case(FIXTURES / "pods" / "vllm-7b-eight-h100.yaml").pod
+    sharded = load_pod_case(FIXTURES / "pods" / "vllm-deployment.yaml").pod
+
+    def deployment(name: str, replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
+        labels = {"app": name}
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels, "annotations": pod["metadata"]["annotations"]},
+                                      "spec": pod["spec"]}}}
+
+    apply(control_plane, namespace, deployment("mistral-7b", 3, server), deployment("llama-70b", 1, sharded))
+    code, text = run_cli(capsys, "audit", "--kubeconfig", str(control_plane.kubeconfig), "-n", namespace)
+    assert code == 0, text
+    assert (f"namespace {namespace} (mode audit): 2 judged, 0 would be denied, 1 warned; 21 GPUs asked beyond the "
+            f"need (inference 21)") in text
+    assert "WARN  gpu-over-provisioned (1): Deployment mistral-7b spec.template" in text
+    code, out = run_cli(capsys, "audit", "--kubeconfig", str(control_plane.kubeconfig), "-n", namespace, "-o", "json")
+    report = json.loads(out)
+    assert report["gpusBeyondNeed"] == {"total": 21, "byClass": {"inference": 21}}
+    needs = {r["name"]: (r["gpus"], r["gpusNeeded"], r["replicas"]) for r in report["results"]}
+    assert needs == {"mistral-7b": (8, 1, 3), "llama-70b": (4, 4, 1)}

@@ -224,7 +224,7 @@ def test_a_dra_pod_gets_the_profile_of_an_nvidia_gpu_pod(control_plane: ControlP
     assert any(w.startswith("pods not packed") for w in warnings(done.stderr)), done.stderr
     profile = json.loads(pod["metadata"]["annotations"]["ai-admission.io/profile"])
     assert profile == {"class": "training", "gpuMemoryPerGpu": "40Gi", "gpus": {"gpu.nvidia.com (claim gpu0)": 8},
-                       "model": "a100-80g", "multiNode": True, "preemptible": False, "jobPods": 16,
+                       "gpusNeeded": 8, "model": "a100-80g", "multiNode": True, "preemptible": False, "jobPods": 16,
                        "reason": "label training.kubeflow.org/job-name=llama"}  # WORLD_SIZE with 1 process a pod
 
 

@@ -54,11 +54,11 @@ SHM = "/dev/shm"
 PUBLISHED = ROOT.parent / "shared" / "published-manifests"  # read in place, where ../shared is present
 
 
-def inference_pod() -> dict[str, Any]:
+def inference_pod(memory: str = "32Gi") -> dict[str, Any]:
     """A profiled inference pod, as a Deployment of vLLM's published example makes it (one GPU, a model and its
-    memory by annotation)."""
+    memory by annotation): more memory than an L4 holds, so no smaller card of the test clusters is named to it."""
     pod = named(PROFILED_POD, "serve")
-    pod["metadata"]["annotations"] = {names.WORKLOAD_TYPE: "inference", names.GPU_MEMORY: "20Gi"}
+    pod["metadata"]["annotations"] = {names.WORKLOAD_TYPE: "inference", names.GPU_MEMORY: memory}
     pod["metadata"]["labels"] = {"app": "vllm"}
     pod["spec"]["containers"][0].update(name="vllm", image="vllm/vllm-openai:v0.6.3",
                                         resources={"limits": {"nvidia.com/gpu": "1", "memory": "32Gi"}})
@@ -278,7 +278,7 @@ def published_pods(rules: Rules) -> list[tuple[str, dict[str, Any]]]:
                 container.setdefault("image", "registry.example.com/filled-in-by-the-runtime:1")  # a runtime's
         notes = pod["metadata"].setdefault("annotations", {})
         notes.setdefault(names.GPU_MODEL, "a100-80g")
-        notes.setdefault(names.GPU_MEMORY, "20Gi")
+        notes.setdefault(names.GPU_MEMORY, "32Gi")  # more than an L4 holds: no smaller card is named to it
     return found
 
 
@@ -305,9 +305,9 @@ def job_pod(name: str, *, pods: int, gpus: int, selector: dict[str, str]) -> dic
     return pod
 
 
-def replica_pod(name: str, model: str) -> dict[str, Any]:
+def replica_pod(name: str, model: str, memory: str = "32Gi") -> dict[str, Any]:
     """One replica of a served model on ``model``'s nodes."""
-    pod = inference_pod()
+    pod = inference_pod(memory)
     pod["metadata"]["name"] = name
     pod["metadata"]["annotations"][names.GPU_MODEL] = model
     del pod["spec"]["nodeSelector"]
@@ -321,7 +321,7 @@ PLACED = {  # name: (pod, what the webhook writes on GKE's nodes of tests/suppor
                      "cloud.google.com/gce-topology-subblock"),
     "alone": (job_pod("alone", pods=1, gpus=8, selector=H100), None),
     "serve-h100": (replica_pod("serve-h100", "H100_80GB"), ["kubernetes.io/hostname"]),
-    "serve-l4": (replica_pod("serve-l4", "l4"), ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]),
+    "serve-l4": (replica_pod("serve-l4", "l4", "20Gi"), ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]),
 }
 
 
@@ -465,6 +465,12 @@ def test_the_profiled_pods_are_judged_whole_natively(control_plane: ControlPlane
         written = {op["path"]: op["value"] for op in mutate_verdict(sent, rules=a100_facts, mode="deny").patch}
         assert record_of(made) == written["/metadata/annotations/ai-admission.io~1profile"], name
         assert webhook_says(made, native_installed, a100_facts) == ([], [], []), name
+    # 20Gi on an A100 is held by one card of the cluster's L4s: the webhook says so, so the policy leaves it to it
+    smaller = natively(control_plane, native_installed, inference_pod("20Gi"))
+    assert smaller is not None and record_of(smaller) is None
+    verdict = judge_pod(for_apiserver(inference_pod("20Gi"), native_installed), rules=a100_facts, mode="deny",
+                        subject="pod")
+    assert verdict.reason_codes == ["gpu-fits-smaller-model"]
 
 
 def test_every_pod_judged_natively_is_one_the_webhook_would_leave_as_it_is(

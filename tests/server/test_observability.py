@@ -11,8 +11,11 @@ import time
 
 from tests.conftest import Server
 from tests.support.e2e_install import BARE_POD
+from tests.support.fixtures import FIXTURES, load_pod_case
 from tests.support.metrics import exposed, metric, missing, settled, used
 from tests.support.reviews import admission_review
+
+OVER_PROVISIONED = load_pod_case(FIXTURES / "pods" / "vllm-7b-eight-h100.yaml").pod
 
 
 def test_own_metrics_exist_in_a_running_server(server: Server) -> None:
@@ -21,7 +24,9 @@ def test_own_metrics_exist_in_a_running_server(server: Server) -> None:
     assert server.review("/validate", admission_review(pod))["allowed"] is False
     server.review("/mutate", admission_review(pod))
     assert server.post("/validate", data=b"not json", headers={"Content-Type": "application/json"}).status_code == 400
-    text = settled(server, lambda t: "ai_admission_denials_total{" in t and "ai_admission_bad_requests_total{" in t)
+    assert server.review("/validate", admission_review(OVER_PROVISIONED))["allowed"] is True  # GPUs beyond its need
+    text = settled(server, lambda t: "ai_admission_denials_total{" in t and "ai_admission_bad_requests_total{" in t
+                   and "ai_admission_gpus_beyond_need_total{" in t)
     # per-product series exist only where a node watch runs: tests/e2e/test_node_catalog.py checks those
     wanted = {name: labels for name, labels in used().items()
               if name.startswith("ai_admission_") and name != "ai_admission_catalog_model_nodes"}

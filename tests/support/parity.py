@@ -285,6 +285,8 @@ EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
     "NVIDIA_VISIBLE_DEVICES void": _env("NVIDIA_VISIBLE_DEVICES", "void"),
     "tensor parallel 2": _env("TP_SIZE", "2"),
     "vllm command": _set("spec", "containers", "0", "args", value=["--tensor-parallel-size", "2"]),
+    "vllm data-parallel": _set("spec", "containers", "0", "args", value=["--data-parallel-size", "2"]),
+    "parallelism hint": _set("metadata", "annotations", names.PARALLELISM, value="data"),
     "DRA claims": _set("spec", "resourceClaims", value=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
     "a forged mark": _set("metadata", "annotations", MARK, value=JUDGE),
     "a stale record": _set("metadata", "annotations", names.PROFILE, value="{}"),

@@ -70,12 +70,14 @@ def test_each_model_a_node_has_has_its_card(rules: Rules) -> None:
     data = facts_data(in_force)
     cards = {key.removeprefix("card."): value.split("|") for key, value in data.items() if key.startswith("card.")}
     assert set(cards) == set(in_force.nodes.present) == {"h100-80g", "l4-24g"}
-    memory, per_node, vendor, interconnect, resources = cards["h100-80g"]
+    memory, per_node, vendor, interconnect, resources, smaller = cards["h100-80g"]
     assert [memory, per_node, vendor, interconnect] == [str(int(in_force.catalog["h100-80g"].memory)), "8", "nvidia",
                                                         "nvlink"]
     # the resources of the model's vendor, each between spaces, for the judgement's `contains(' ' + name + ' ')`
     assert " nvidia.com/gpu " in resources and " amd.com/gpu " not in resources
     assert resources.startswith(" ") and resources.endswith(" ")
+    # the largest smaller device of the cluster (`rightsizing.smaller`): an L4 card under an H100, none under an L4
+    assert smaller == str(int(in_force.catalog["l4-24g"].memory)) and cards["l4-24g"][5] == "0"
 
 
 def test_the_parameter_holds_few_keys(rules: Rules) -> None:

@@ -63,7 +63,7 @@ def test_text_output_and_stdin_and_lists() -> None:
     assert done.returncode == 1
     first = done.stdout.splitlines()[0]
     assert first == ("DENY  Pod ml-team/debug-gpu  class=batch (requests an accelerator and carries no workload signal; "
-                     "default class batch (set annotation ai-admission.io/workload-type to choose))  "
+                     "default class batch (set annotation ai-admission.io/workload-type to choose))  gpus=1  "
                      "reasons=gpu-model-missing,gpu-memory-missing,host-memory-request-missing")
     assert done.stdout.rstrip().endswith("1 checked: 0 allowed, 0 allowed with warnings, 1 denied")
 

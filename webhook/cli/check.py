@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, TextIO
 import yaml
 
 from webhook.core import podview
-from webhook.core.documents import Document, Report
+from webhook.core.documents import Document, Report, Result
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -66,6 +66,14 @@ def read_documents(sources: Iterable[str], stdin: TextIO | None = None) -> Itera
                 yield Document(name, index, obj)
 
 
+def gpu_text(result: Result) -> str:
+    """``  gpus=8 needed=1``: the GPUs one pod asks for and those its memory need takes (where known)."""
+    if not result.gpus:
+        return ""
+    needed = f" needed={result.gpus_needed}" if result.gpus_needed is not None else ""
+    return f"  gpus={result.gpus}{needed}"
+
+
 def render_text(report: Report) -> str:
     lines = []
     for r in report.results:
@@ -73,7 +81,7 @@ def render_text(report: Report) -> str:
         reasons = ",".join(r.verdict.reason_codes) or "-"
         why = f" ({r.reason})" if r.reason else ""
         reader = f"  reader={r.reader}" if r.path else ""  # templates: the kinds table or the generic reader
-        lines.append(f"{r.status:<5} {target}  class={r.workload}{why}  reasons={reasons}{reader}")
+        lines.append(f"{r.status:<5} {target}  class={r.workload}{why}{gpu_text(r)}  reasons={reasons}{reader}")
         if r.verdict.message:
             lines.extend(f"      {line}" for line in r.verdict.message.splitlines()[1:])
         lines.extend(f"      warning: {w}" for w in r.verdict.warnings)
@@ -92,6 +100,8 @@ def render_text(report: Report) -> str:
     if report.skipped:
         count = len(report.skipped)
         summary += f"; {count} object{'' if count == 1 else 's'} without pod templates skipped"
+    if report.gpus_beyond_need:
+        summary += f"; {report.gpus_beyond_need} GPUs asked beyond the need"
     lines.append(summary)
     return "\n".join(lines) + "\n"
 

@@ -134,11 +134,14 @@ def _reference(result: Result) -> dict[str, str]:
 
 def report_results(results: Iterable[Result], mode: str) -> list[dict[str, Any]]:
     """``wgpolicyk8s.io/v1alpha2`` results: one per finding (fail for a deny finding, warn for advice), one pass
-    for an accelerator pod or template with none. Without timestamps (`webhook.cluster.reports` adds them)."""
+    for an accelerator pod or template with none. Without timestamps (`webhook.cluster.reports` adds them). The
+    properties of a GPU pod or template say the GPUs one pod asks for and those its need takes (where known), and
+    how many its pods ask for beyond the need in all (its replicas')."""
     entries = []
     for result in results:
         properties = {"class": result.workload, "mode": mode, **({"template": result.path}
-                                                                                 if result.path else {})}
+                                                                                 if result.path else {}),
+                      **_gpu_properties(result)}
         findings = result.verdict.findings
         if not findings and result.workload == "none":
             continue  # not an AI pod: nothing of ours to report
@@ -152,6 +155,17 @@ def report_results(results: Iterable[Result], mode: str) -> list[dict[str, Any]]
                 "resources": [_reference(result)], "properties": properties,
             })
     return sorted(entries, key=lambda e: (e["resources"][0]["kind"], e["resources"][0]["name"], e["rule"]))
+
+
+def _gpu_properties(result: Result) -> dict[str, str]:
+    """A PolicyReport's properties are strings: ``gpus``, ``gpusNeeded``, ``gpusBeyondNeed``."""
+    if not result.gpus:
+        return {}
+    found = {"gpus": str(result.gpus)}
+    if result.gpus_needed is not None:
+        found["gpusNeeded"] = str(result.gpus_needed)
+        found["gpusBeyondNeed"] = str(result.gpus_beyond_need)
+    return found
 
 
 def report_summary(results: list[dict[str, Any]]) -> dict[str, int]:

@@ -8,8 +8,8 @@ compiled). It runs on every pod creation in the cluster, so setup.py compiles ev
 `make lint` enforces the rule with import-linter (the contracts in setup.cfg).
 
 The spine is flat and the features that span its stages are folders beside it (`workloads`, `backends`,
-`bypasses`, `dra`, `view`), each with its rules block, findings and writes; `validate.CHECKS` and `mutate.STEPS` list what
-is decided, and setup.cfg's "The core's order" contract keeps the direction.
+`bypasses`, `rightsizing`, `dra`, `view`), each with its rules block, findings and writes; `validate.CHECKS` and
+`mutate.STEPS` list what is decided, and setup.cfg's "The core's order" contract keeps the direction.
 
 One direction of flow, a module per step: request (`review`) -> pod (`podview`, `hints`) -> class (`classify`)
 -> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`validate.CHECKS`, `findings`) -> verdict

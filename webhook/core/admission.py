@@ -134,6 +134,7 @@ class TemplateVerdict:
     pod: dict[str, Any]
     verdict: Verdict
     reader: str = TABLE_READER   # what found the template: the kinds table, or the generic reader and its shape
+    replicas: int = 1            # the pods it makes (what the GPUs beyond a pod's need add up over)
 
     @property
     def generic(self) -> bool:
@@ -187,7 +188,8 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
             pod["metadata"]["namespace"] = namespace
         verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
                             notes=template.notes, claims=claims, template=True)
-        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader))
+        results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader,
+                                       replicas=template.replicas))
         assert verdict.profile is not None  # judge_pod always builds one
         profiles.append(verdict.profile)
     if not results:

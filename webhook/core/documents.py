@@ -48,10 +48,29 @@ class Result:
     workload: str = "none"
     reason: str = ""          # why the pod has its class
     reader: str = ""          # what read it: "pod", "claim", the kinds table, or the generic reader and the shape
+    replicas: int = 1         # the pods it stands for (a template's replicas)
 
     @property
     def generic(self) -> bool:
         return self.reader.startswith("generic")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one of its pods asks for."""
+        profile = self.verdict.profile
+        return profile.gpu_count if profile is not None else 0
+
+    @property
+    def gpus_needed(self) -> int | None:
+        """GPUs the memory need of one of its pods takes (None: not known)."""
+        profile = self.verdict.profile
+        return profile.gpus_needed if profile is not None else None
+
+    @property
+    def gpus_beyond_need(self) -> int:
+        """GPUs its pods ask for beyond their need, over all its pods (its replicas)."""
+        profile = self.verdict.profile
+        return profile.gpus_beyond_need * self.replicas if profile is not None else 0
 
     @property
     def status(self) -> str:
@@ -64,6 +83,8 @@ class Result:
                 "namespace": self.namespace, "name": self.name, "template": self.path, "verdict": self.status,
                 "class": self.workload, "classReason": self.reason, "reader": self.reader,
                 "readGenerically": self.generic,
+                "gpus": self.gpus, "gpusNeeded": self.gpus_needed, "replicas": self.replicas,
+                "gpusBeyondNeed": self.gpus_beyond_need,
                 "allowed": self.verdict.allowed, "mode": self.verdict.mode,
                 "reasons": self.verdict.reason_codes,
                 "denials": [f.code for f in self.verdict.findings if f.severity == "deny"],
@@ -84,6 +105,11 @@ class Report:
     @property
     def denied(self) -> bool:
         return any(not r.verdict.allowed for r in self.results)
+
+    @property
+    def gpus_beyond_need(self) -> int:
+        """GPUs asked for beyond the need, over every pod the results stand for."""
+        return sum(r.gpus_beyond_need for r in self.results)
 
 
 class Index:
@@ -115,6 +141,19 @@ def _claim_index(documents: list[Document], namespace: str | None) -> dra.ClaimI
             meta = {**podview.metadata(obj), "namespace": str(own or namespace or "default")}
             index.put(str(obj["kind"]), {**obj, "metadata": meta})
     return index
+
+
+# Controllers whose pods are copies of one template, as many as ``spec.replicas`` says (1 where it says none, 0 when
+# scaled down): what the GPUs a template's pod asks for beyond its need add up over. Any other kind's template stands
+# for the pods of its job (the kinds table's count), else one.
+_SCALED = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet")})
+
+
+def _replicas(obj: dict[str, Any], group: str, kind: str, pods: int) -> int:
+    if (group, kind) not in _SCALED:
+        return pods
+    value = podview.spec(obj).get("replicas", 1)
+    return value if type(value) is int and value >= 0 else 1
 
 
 def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None,
@@ -174,7 +213,8 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
             assert profile is not None  # judge_pod always profiles the pod
             mutated = mutate_pod(template.pod, profile, rules, namespace=ns).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
-                                         profile.workload, profile.classification.reason, template.reader))
+                                         profile.workload, profile.classification.reason, template.reader,
+                                         _replicas(obj, group, kind, template.replicas)))
     return report
 
 

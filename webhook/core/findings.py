@@ -66,6 +66,20 @@ CODES: tuple[Code, ...] = (
          "ask for the GPU count the message gives, a model with more memory, or more pods"),
     Code("gpu-memory-sharded", "warn", "the model fits only sharded over every GPU of the job",
          "nothing, if the job shards it (FSDP, ZeRO-3, tensor and pipeline parallelism); else more GPUs"),
+    Code("gpu-over-provisioned", "deny or warn", "the pod asks for more GPUs than its whole model's memory need "
+         "takes (model-params x precision x the class's memory factor, held by the count the capacity denial gives: "
+         "the next power of two, within one node); the rest would sit idle. A warning unless the rules' rightsizing "
+         "makes it a denial for the class; a need stated per GPU, a data-parallel class (training, hpo), a stated "
+         "parallelism and a multi-node job are never told",
+         "ask for the count the message gives, or, if every GPU serves the model, say how: --tensor-parallel-size, "
+         "--pipeline-parallel-size, --data-parallel-size (vLLM, SGLang), --num-shard (TGI), or annotation "
+         "ai-admission.io/parallelism: tensor, pipeline, data or expert"),
+    Code("gpu-fits-smaller-model", "warn", "with the node watch on: the memory need of one GPU fits one card of a "
+         "smaller model the cluster's nodes have (of the vendor, with at most three quarters of the memory: the "
+         "rules' rightsizing.smallerShare)", "select the model the message names, unless the work needs the larger "
+         "card's speed (the rules' rightsizing.smallerCard: off turns it off for a class)"),
+    Code("gpu-fits-mig-slice", "warn", "with the node watch on: the memory need of one GPU fits a MIG slice a node "
+         "of the cluster offers", "ask for the slice (nvidia.com/mig-<profile>) rather than a whole card"),
     Code("gpu-request-limit-mismatch", "deny", "an accelerator's request and limit differ (devices cannot be "
          "overcommitted)", "set both to the same whole number"),
     Code("invalid-quantity", "deny", "an accelerator amount is not a whole number of devices",

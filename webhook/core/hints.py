@@ -15,6 +15,7 @@ from .podview import PodFacts
 from .quantity import QuantityError, parse_model_params, parse_quantity
 from .rules import WORKLOAD_CLASSES, Rules
 
+PARALLELISMS = ("tensor", "pipeline", "data", "expert")  # what annotation ai-admission.io/parallelism may say
 TRUE_WORDS = frozenset({"true", "yes", "1"})  # how a yes/no annotation may say yes (the native policies read it too)
 FALSE_WORDS = frozenset({"false", "no", "0"})
 
@@ -29,6 +30,7 @@ class Hints:
     preemptible: bool | None = None
     multi_node: bool | None = None
     gang: bool | None = None
+    parallelism: tuple[str, ...] = ()  # the kinds of parallelism the pod says spread its work over its GPUs
     problems: tuple[Finding, ...] = ()
 
 
@@ -42,8 +44,20 @@ def _bool(value: str, key: str, problems: list[Finding]) -> bool | None:
     return None
 
 
+def _parallelism(value: str, problems: list[Finding]) -> tuple[str, ...]:
+    """"tensor", "data", "tensor,pipeline": the kinds of parallelism the pod names (each known)."""
+    words = tuple(w.strip().lower() for w in value.split(",") if w.strip())
+    unknown = [w for w in words if w not in PARALLELISMS]
+    if not words or unknown:
+        problems.append(deny("invalid-annotation",
+                             f'annotation {names.PARALLELISM}: "{value}" is not one or more of '
+                             f'{", ".join(PARALLELISMS)} (comma-separated)'))
+        return ()
+    return words
+
+
 _KEYS = frozenset({names.WORKLOAD_TYPE, names.GPU_MODEL, names.GPU_MEMORY, names.MODEL_PARAMS,
-                   names.MODEL_PRECISION, names.PREEMPTIBLE, names.MULTI_NODE, names.GANG})
+                   names.MODEL_PRECISION, names.PREEMPTIBLE, names.MULTI_NODE, names.GANG, names.PARALLELISM})
 NO_HINTS = Hints()
 
 
@@ -102,5 +116,6 @@ def read_hints(facts: PodFacts, rules: Rules) -> Hints:
         preemptible=_bool(notes[names.PREEMPTIBLE], names.PREEMPTIBLE, problems) if names.PREEMPTIBLE in notes else None,
         multi_node=_bool(notes[names.MULTI_NODE], names.MULTI_NODE, problems) if names.MULTI_NODE in notes else None,
         gang=_bool(notes[names.GANG], names.GANG, problems) if names.GANG in notes else None,
+        parallelism=_parallelism(notes[names.PARALLELISM], problems) if names.PARALLELISM in notes else (),
         problems=tuple(problems),
     )

@@ -464,7 +464,7 @@ def add_deadline(ctx: _Context) -> None:
 def _summary_key(profile: Profile) -> tuple[Any, ...]:
     return (profile.workload, profile.classification.reason, tuple(sorted(profile.gpus.items())),
             profile.model.name if profile.model else profile.model_name, profile.memory_per_gpu,
-            profile.preemptible, profile.multi_node, profile.world.pods)
+            profile.gpus_needed, profile.preemptible, profile.multi_node, profile.world.pods)
 
 
 def readable_bytes(amount: Decimal) -> str:
@@ -477,14 +477,17 @@ def readable_bytes(amount: Decimal) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _summary_text(workload: str, reason: str, gpus: tuple[tuple[str, int], ...], model: str | None,
-                  per_gpu: Decimal | None, preemptible: bool, multi_node: bool, pods: int) -> str:
-    """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision.
+                  per_gpu: Decimal | None, needed: int | None, preemptible: bool, multi_node: bool, pods: int) -> str:
+    """What the profile annotation records, so `kubectl get pod -o yaml` explains the decision: with the GPUs the
+    memory need takes (``gpusNeeded``, null where the need or the card is not known) and the memory each of them
+    holds (``gpuMemoryPerGpu``).
 
     Cached, as the pods of one job or ReplicaSet all get the same text."""
     summary: dict[str, Any] = {
         "class": workload,
         "reason": reason,
         "gpus": dict(gpus),
+        "gpusNeeded": needed,
         "model": model,
         "gpuMemoryPerGpu": readable_bytes(per_gpu) if per_gpu is not None else None,
         "preemptible": preemptible,

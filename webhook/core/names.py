@@ -10,6 +10,9 @@ PREEMPTIBLE = PREFIX + "preemptible"
 MULTI_NODE = PREFIX + "multi-node"
 # "false" on a multi-node training pod (or its template): scheduled one by one, not as its job's gang
 GANG = PREFIX + "gang"
+# How the pod spreads its work over every GPU it asks for ("tensor", "pipeline", "data", "expert"), where its
+# command line does not say: it is then never told that it asks for GPUs beyond its memory need.
+PARALLELISM = PREFIX + "parallelism"
 PROFILE = PREFIX + "profile"
 # Written by a native class policy beside the profile record when it judged the pod whole (the webhooks then leave
 # the pod out: webhook/generate/native_record.py); the webhook never writes it.

@@ -5,6 +5,12 @@ actually hold: init containers run one at a time before the app containers, exce
 containers that keep running beside everything started after them. The model and memory come from wherever the
 pod states them (`webhook.core.models`); a distributed job's memory need is spread over all its GPUs
 (`webhook.core.workloads.parallelism`).
+
+The GPU count the need takes (``gpus_needed``): a whole model's need (``model-params`` x precision x the class's
+memory factor) of a pod that spreads nothing on purpose takes the count the capacity denial gives (the next power
+of two of the cards that hold it, within one node), and is spread over those GPUs only, not over every GPU asked
+for; every other need (stated per GPU, of a multi-node job, of a data-parallel class, of a pod that states its
+parallelism) takes every GPU the pod asks for.
 """
 
 from __future__ import annotations
@@ -23,7 +29,15 @@ from .models import MemoryStatement, ModelChoice, annotated_models, device_choic
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rules import GpuModel, Rules
-from .workloads.parallelism import SINGLE, World, tensor_parallel, world_of
+from .workloads.parallelism import (
+    SINGLE,
+    World,
+    cards_holding,
+    declared_parallelism,
+    parallel_size,
+    tensor_parallel,
+    world_of,
+)
 
 _GB = Decimal(10**9)
 
@@ -41,7 +55,7 @@ class Profile:
     model: GpuModel | None                  # the model judged against: the smallest of those the pod allows
     model_name: str | None                  # as the user wrote it
     model_source: str | None                # "annotation ai-admission.io/gpu-model", "nodeSelector gpu-type", ...
-    memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold (the job's GPUs all used)
+    memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold (over the GPUs the need takes)
     memory_total: Decimal | None            # bytes over all the job's cards (the pod's, for a single pod)
     memory_basis: MemoryBasis | None        # how the need was worked out (see memory_source)
     preemptible: bool
@@ -58,6 +72,9 @@ class Profile:
     world: World = field(default_factory=lambda: SINGLE)  # the pods of the pod's job
     tensor_parallel: tuple[int, str] | None = None  # degree and where the pod says it
     vendors: tuple[str, ...] = ()            # GPU vendors of the accelerator resources asked for (sorted)
+    parallelism: str | None = None           # where the pod says it spreads its work over its GPUs on purpose
+                                             # (read for a whole model's need, the only one it changes)
+    gpus_needed: int | None = None           # the GPUs its memory need takes (None: the need or the card unknown)
 
     @property
     def models(self) -> tuple[GpuModel, ...]:
@@ -77,6 +94,16 @@ class Profile:
         if self.choice is not None and self.choice.device_memory is not None:
             return f"{model} {self.choice.device}"
         return f"{model} card"
+
+    @property
+    def node_gpus(self) -> int | None:
+        """GPUs one node holds where the pod can run: the instance type's, else the largest node of its models."""
+        return node_gpus(self.choice, self.models)
+
+    @property
+    def gpus_beyond_need(self) -> int:
+        """GPUs the pod asks for that its memory need does not take (0 when it takes them all, or is not known)."""
+        return max(self.gpu_count - self.gpus_needed, 0) if self.gpus_needed is not None else 0
 
     @property
     def job_gpus(self) -> int:
@@ -316,6 +343,31 @@ def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int, mig_
     return None, None, None
 
 
+def node_gpus(choice: ModelChoice | None, models: tuple[GpuModel, ...]) -> int | None:
+    """GPUs one node holds where a pod of ``choice`` can run: the instance type's, else the largest node of its
+    models."""
+    if choice is not None and choice.node_gpus is not None:
+        return choice.node_gpus
+    return max((m.gpus_per_node for m in models), default=None)
+
+
+def _rightsized(per_gpu: Decimal | None, total: Decimal | None, basis: MemoryBasis | None, *, count: int,
+                card: Decimal | None, node: int | None, takes_all: bool) -> tuple[Decimal | None, int | None]:
+    """(memory per GPU, the GPUs the need takes) of a pod asking for ``count`` GPUs of ``card`` bytes, ``node`` to a
+    node. A whole model's need of a pod that spreads nothing on purpose takes the count the capacity denial gives,
+    the power of two of the cards that hold it (but no more than the pod asks for where those cards fit it: 3 GPUs
+    holding a need of 2.5 cards take 3); any other need takes every GPU asked for, as worked out, and so does a pod
+    that ``takes_all`` (one of a multi-node job or a data-parallel class, one stating its parallelism, MIG slices)."""
+    if per_gpu is None or not count:
+        return per_gpu, None
+    if basis is None or basis[0] != "params" or takes_all or total is None or card is None or card <= 0 or not node:
+        return per_gpu, count
+    cards = cards_holding(total, card)
+    size = parallel_size(cards, node)
+    needed = size if cards > count else min(size, count)
+    return total / min(needed, count), needed
+
+
 def _explain_memory(basis: MemoryBasis | None) -> str | None:
     if basis is None:
         return None
@@ -448,6 +500,16 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource 
     preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
     multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload, job)
     vendors = tuple(sorted({v for v in (rules.vendor_of(r) for r in gpus) if v}))
+    parallel = tensor_parallel(facts, rules) if gpus else None
+    whole_model = memory_basis is not None and memory_basis[0] == "params"  # the only need a declaration changes
+    declared = declared_parallelism(facts, rules, hints, parallel) if whole_model else None
+    card = choice.device_memory if choice is not None and choice.device_memory is not None else (
+        model.memory if model is not None else None)
+    per_gpu, gpus_needed = _rightsized(
+        per_gpu, total, memory_basis, count=sum(gpus.values()), card=card,
+        node=node_gpus(choice, choice.models if choice else ()),
+        takes_all=(multi_node or declared is not None or mig_memory is not None
+                   or workload in rules.rightsizing.data_parallel))
     return Profile(
         classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
         model=model, model_name=model_name, model_source=model_source,
@@ -457,6 +519,6 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource 
         pinned_model=pinned.written if pinned else None, pinned_where=pinned.source if pinned else None,
         choice=choice, pinned=pinned,
         memory_stated=per_gpu is not None or (stated is not None and stated.percent is not None),
-        world=job, tensor_parallel=tensor_parallel(facts, rules) if gpus else None, vendors=vendors,
-        facts=facts, claimed=claimed,
+        world=job, tensor_parallel=parallel, vendors=vendors,
+        facts=facts, claimed=claimed, parallelism=declared, gpus_needed=gpus_needed,
     )

@@ -1,7 +1,8 @@
 """Validation: from a pod and its profile to findings, each with a message that says exactly what to add or change.
 
 `CHECKS` is every check a pod is held to, in order, as `webhook.core.mutate.STEPS` is every change made to it:
-the profile's own problems, the GPUs (model, memory, count), the PriorityClass, accelerators the rules do not know,
+the profile's own problems, the GPUs (model, memory, count), GPUs asked beyond the need
+(`webhook.core.rightsizing.findings`), the PriorityClass, accelerators the rules do not know,
 host memory, tensor parallelism over PCIe, the QoS of training, a plain pod's scheduler backend (its queue and
 topology), and the paths to a GPU that are not requests (`webhook.core.bypasses.paths`). Deny findings are the hard
 rules; warn findings are advice. Whether a deny finding rejects the pod is the mode's business
@@ -10,7 +11,6 @@ rules; warn findings are advice. Whether a deny finding rejects the pod is the m
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
@@ -23,7 +23,9 @@ from .models import bigger_models, known_models, models_of
 from .podgroups.plan import never_whole
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, parse_quantity
+from .rightsizing.findings import one_node, rightsizing_findings
 from .rules import GpuModel, Rules
+from .workloads.parallelism import cards_holding, parallel_size
 
 
 def _vendor(profile: Profile) -> str | None:
@@ -78,22 +80,6 @@ def memory_fix(rules: Rules, model: GpuModel | None) -> str:
     example = model or models_of(rules, None)[0]
     return (f'add annotation "{names.GPU_MEMORY}: {example_memory(example)}" (per GPU), or '
             f'"{names.MODEL_PARAMS}: 7B" with "{names.MODEL_PRECISION}: {precision}"')
-
-
-def parallel_size(needed: int, node_gpus: int) -> int:
-    """The GPU count to suggest for ``needed`` cards: the next power of two (the sizes tensor parallelism
-    takes), or the whole node when that is all a node has."""
-    size = 1
-    while size < needed:
-        size *= 2
-    return size if size <= node_gpus or needed > node_gpus else node_gpus
-
-
-def _node_gpus(profile: Profile) -> int | None:
-    """GPUs one node holds where the pod can run: the instance type's, else the largest node of its models."""
-    if profile.choice is not None and profile.choice.node_gpus is not None:
-        return profile.choice.node_gpus
-    return max((m.gpus_per_node for m in profile.models), default=None)
 
 
 def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
@@ -162,8 +148,8 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
     world = profile.world
     pod_cards = max(count, 1)
     if per_gpu > memory:
-        needed = max(1, math.ceil(total / memory))
-        node_gpus = _node_gpus(profile) or model.gpus_per_node
+        needed = cards_holding(total, memory)
+        node_gpus = profile.node_gpus or model.gpus_per_node
         if world.pods > 1:
             bigger = bigger_models(rules, per_gpu, vendor)
             advice = (f"use a model with more memory per card ({bigger})" if bigger
@@ -175,8 +161,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
                                 f"{format_bytes(per_gpu)} per GPU, more than a {name} holds ({card}); {needed} of them "
                                 f"would hold it: {advice}"))
             return denials, notes
-        domain = "one node, one NVLink domain" if model.interconnect == "nvlink" else "on one node"
-        advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({domain})"
+        advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({one_node(model)})"
         if needed > node_gpus:
             bigger = bigger_models(rules, total / node_gpus, vendor)
             advice = (f"that is {needed} GPUs, more than the {node_gpus} one {model.name} node holds; "
@@ -215,7 +200,7 @@ def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[F
     if model is None or profile.is_mig or any(f.code == "gpu-vendor-mismatch" for f in found):
         return found, []
     count = profile.gpu_count
-    node_gpus = _node_gpus(profile) or model.gpus_per_node
+    node_gpus = profile.node_gpus or model.gpus_per_node
     sliced = profile.choice is not None and profile.choice.device_memory is not None
     if count > node_gpus and not sliced:
         found.append(deny("gpu-count-exceeds-node",
@@ -295,6 +280,13 @@ def _gpus(r: CheckContext) -> Iterable[Finding]:
     return [*denials, *notes]
 
 
+def _rightsizing(r: CheckContext) -> Iterable[Finding]:
+    """GPUs asked beyond the need (`webhook.core.rightsizing.findings`)."""
+    if not r.profile.gpu_count:
+        return ()
+    return rightsizing_findings(r.profile, r.rules)
+
+
 def _priority(r: CheckContext) -> Iterable[Finding]:
     found = _priority_finding(r.pod, r.profile, r.rules)
     return (found,) if found else ()
@@ -359,8 +351,8 @@ def _namespace(r: CheckContext) -> str:
     return r.namespace or str(podview.metadata(r.pod).get("namespace") or "")
 
 
-CHECKS: tuple[Check, ...] = (_problems, _gpus, _priority, _unknown_accelerators, _host_memory, _tensor_parallel, _qos,
-                             _whole_job, _backend, _bypasses)
+CHECKS: tuple[Check, ...] = (_problems, _gpus, _rightsizing, _priority, _unknown_accelerators, _host_memory,
+                             _tensor_parallel, _qos, _whole_job, _backend, _bypasses)
 
 
 def validate(context: CheckContext) -> list[Finding]:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from webhook.core import mutate, names, validate
 from webhook.core.bypasses.rules import PATHS as BYPASS_PATHS
+from webhook.core.rightsizing.rules import SMALLER_CARD
 from webhook.core.rules import ClassSettings, Rules
 
 from .cel import memory, model, paths
@@ -110,9 +111,12 @@ def _model_by_label(rules: Rules, classes: Classes) -> str:
     return named_by_label_only(rules, keys="variables.modelKeys")
 
 
+CARD_FIELDS = 6  # `webhook.core.view.cluster_facts.card_text`'s: a card of another version is not read
+
+
 def _model_on_nodes(rules: Rules, classes: Classes) -> str:
     """A node of the cluster has the model (the facts hold its card; else `validate._model_not_in_cluster`)."""
-    return "size(variables.card) == 5"
+    return f"size(variables.card) == {CARD_FIELDS}"
 
 
 def _fits_a_node(rules: Rules, classes: Classes) -> str:
@@ -128,6 +132,16 @@ def _vendor(rules: Rules, classes: Classes) -> str:
 def _fits_a_card(rules: Rules, classes: Classes) -> str:
     """No more memory per GPU than one card holds (gpu-memory-exceeds)."""
     return "variables.memoryBytes <= int(variables.card[0])"
+
+
+def _no_smaller_device(rules: Rules, classes: Classes) -> str:
+    """No card of a smaller model of the cluster, nor a MIG slice a node offers, holds the memory stated per GPU
+    (`rightsizing.findings.smaller_devices_findings`, for the classes that are told; the card's last field: the
+    largest such device, `rightsizing.smaller.largest_smaller`)."""
+    telling = sorted(w for w in classes if rules.rightsizing.action(SMALLER_CARD, w) != "off")
+    if not telling:
+        return "true"
+    return f"!(variables.cls in {cel_list(telling)}) || variables.memoryBytes > int(variables.card[5])"
 
 
 def _not_mig(rules: Rules, classes: Classes) -> str:
@@ -254,6 +268,10 @@ LEDGER: dict[Callable[..., Any], Entry] = {
     validate._gpus: Judged((_readable, _model_by_label, _model_on_nodes, _fits_a_node, _vendor, _fits_a_card,
                             _not_mig, _memory_plain),
                            "the model named and on the nodes, of the resource's vendor, the GPUs and the memory fit"),
+    validate._rightsizing: Judged((_memory_plain, _model_on_nodes, _no_smaller_device),
+                                  "its need is stated per GPU, so it takes every GPU it asks for (never "
+                                  "gpu-over-provisioned, whose need is a whole model's: no hint of ours but the "
+                                  "memory); no smaller device of the cluster holds it (the facts' card says)"),
     validate._priority: Judged((_no_priority_class,), "the pod names no PriorityClass, so none that is not allowed"),
     validate._unknown_accelerators: Judged((_countable,), "every accelerator is one the rules list"),
     validate._host_memory: Judged((_host_memory,), "every container has a memory limit"),

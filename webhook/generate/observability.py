@@ -92,6 +92,12 @@ def dashboard() -> dict[str, Any]:
                  [(f"sum(rate(ai_admission_requests_total{{endpoint=\"mutate\"}}[{RATE}]))", "mutated"),
                   (f"sum by (status) (rate(ai_admission_bad_requests_total[{RATE}]))", "HTTP {{status}}")],
                  unit="reqps")
+    layout.panel("timeseries", "GPUs asked beyond the need, per hour",
+                 "GPUs that pods admitted in the hour before ask for and their memory need does not take "
+                 "(gpu-over-provisioned), by class and model: idle for the life of each pod unless it is resized. "
+                 "`ai-admission audit` sums them over what runs.",
+                 [("sum by (workload, model) (increase(ai_admission_gpus_beyond_need_total[1h]))",
+                   "{{workload}} {{model}}")], width=24)
     layout.row("Latency")
     layout.panel("timeseries", "Webhook latency (server)",
                  "From request body to response, per endpoint, inside the server.",

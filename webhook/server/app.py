@@ -61,6 +61,17 @@ def _read_review() -> AdmissionRequest:
 _KNOWN_KINDS = frozenset({"Pod", CLAIM_TEMPLATE, CLAIM, *(kind for _, kind in KINDS)})
 
 
+def _beyond_need(review: AdmissionRequest, endpoint: str, verdict: Verdict | None) -> tuple[str, str, int] | None:
+    """(class, model, GPUs) an admitted pod asks for beyond its need, counted once per pod: at its creation's
+    /validate call, not for a dry run (a pod the native policy judges whole states its need per GPU, which takes
+    every GPU it asks for: nothing is missed by its not calling)."""
+    profile = verdict.profile if verdict is not None else None
+    if (endpoint != VALIDATE or profile is None or not profile.gpus_beyond_need or verdict is None
+            or not verdict.allowed or not review.is_pod_create or review.dry_run or profile.model is None):
+        return None
+    return profile.workload, profile.model.name, profile.gpus_beyond_need
+
+
 def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, started: float) -> None:
     patch_ops = (len(verdict.patch) if verdict else 0) if endpoint == MUTATE else None
     if verdict is None:
@@ -72,7 +83,8 @@ def _count(review: AdmissionRequest, endpoint: str, verdict: Verdict | None, sta
         mode = verdict.mode
     count_request(endpoint=endpoint, operation=review.operation, kind=review.kind, verdict=outcome,
                   workload=workload, denial_reasons=reasons, mode=mode,
-                  seconds=time.perf_counter() - started, kinds=_KNOWN_KINDS, patch_ops=patch_ops)
+                  seconds=time.perf_counter() - started, kinds=_KNOWN_KINDS, patch_ops=patch_ops,
+                  beyond_need=_beyond_need(review, endpoint, verdict))
 
 
 def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint: str, verdict: Verdict | None,

@@ -43,6 +43,11 @@ class Instruments:
                                "Deny findings by reason code (whatever the mode made of them)", ["reason", "mode"])
         self.bad_requests = Counter("ai_admission_bad_requests", "Requests answered with a 4xx", ["status"])
         self.errors = Counter("ai_admission_internal_errors", "Requests admitted unchecked after an internal error")
+        # What rightsizing would give back: GPUs an admitted pod asks for that its memory need does not take (its
+        # creation at /validate, not a dry run). Per class and GPU model, both bounded by the rules and the nodes.
+        self.gpus_beyond_need = Counter("ai_admission_gpus_beyond_need",
+                                        "GPUs admitted pods ask for beyond their memory need, at their creation",
+                                        ["workload", "model"])
         # Up to the webhook timeout (5 s): a quantile can only be read up to the highest finite bucket, and the
         # alert on latency near the timeout must be able to see it.
         self.latency = Histogram("ai_admission_request_duration_seconds",
@@ -174,9 +179,11 @@ def _latency_series(endpoint: str) -> Histogram:
     return instruments().latency.labels(endpoint)
 
 
-# One answered review: the labels of its request series, its denial reasons with the mode, its duration, and the
-# operations of its patch (None: not a /mutate answer).
-Record = tuple[tuple[str, str, str, str, str], tuple[str, ...], str, float, int | None]
+# One answered review: the labels of its request series, its denial reasons with the mode, its duration, the
+# operations of its patch (None: not a /mutate answer), and the GPUs an admitted pod asks for beyond its need, with
+# its class and model (None: none, or not a pod's creation).
+Beyond = tuple[str, str, int]
+Record = tuple[tuple[str, str, str, str, str], tuple[str, ...], str, float, int | None, Beyond | None]
 
 
 def _add(records: list[Record]) -> None:
@@ -185,13 +192,16 @@ def _add(records: list[Record]) -> None:
     denials: collections.Counter[tuple[str, str]] = collections.Counter()
     durations: dict[str, list[float]] = collections.defaultdict(list)
     operations: list[float] = []
-    for series, reasons, mode, seconds, patch_ops in records:
+    beyond: collections.Counter[tuple[str, str]] = collections.Counter()
+    for series, reasons, mode, seconds, patch_ops, idle in records:
         requests[series] += 1
         for reason in reasons:
             denials[reason, mode] += 1
         durations[series[0]].append(seconds)
         if patch_ops is not None:
             operations.append(patch_ops)
+        if idle is not None:
+            beyond[idle[0], idle[1]] += idle[2]
     # the request counts last: a scrape (from another worker, mid-way through this) that sees a request counted
     # also sees its duration and its denial reasons
     for endpoint, values in durations.items():
@@ -200,6 +210,8 @@ def _add(records: list[Record]) -> None:
         _observe_all(instruments().patch_operations, operations)
     for (reason, mode), count in denials.items():
         _denial_series(reason, mode).inc(count)
+    for (workload, model), gpus in beyond.items():
+        instruments().gpus_beyond_need.labels(workload, model).inc(gpus)
     for series, count in requests.items():
         _request_series(*series).inc(count)
 
@@ -228,7 +240,7 @@ _queue: batching.Queue[Record] = batching.Queue(_add)
 
 def count_request(*, endpoint: str, operation: str, kind: str, verdict: str, workload: str,
                   denial_reasons: list[str], mode: str | None, seconds: float, kinds: frozenset[str],
-                  patch_ops: int | None = None) -> None:
+                  patch_ops: int | None = None, beyond_need: Beyond | None = None) -> None:
     """Everything counted for one answered review; queued, and added to the series by `webhook.server.batching`."""
     _queue.put(((endpoint, _bounded(operation, OPERATIONS), _bounded(kind, kinds), verdict, workload),
-                tuple(denial_reasons), mode or "-", seconds, patch_ops))
+                tuple(denial_reasons), mode or "-", seconds, patch_ops, beyond_need))

@@ -20,10 +20,12 @@ from ..backends.rules import SchedulerRules, compile_scheduler
 from ..bypasses.rules import compile_bypasses
 from ..dra.rules import compile_dra
 from ..quantity import QuantityError, parse_quantity
+from ..rightsizing.rules import compile_rightsizing
 from .model import (
     WORKLOAD_CLASSES,
     ClassMutation,
     ClassSettings,
+    DegreeSettings,
     DeviceResource,
     EnvMatch,
     FabricNeeds,
@@ -50,7 +52,6 @@ from .model import (
     ShmSpec,
     Signal,
     SignalIndex,
-    TensorParallelSettings,
     TopologyKeySet,
     TopologySettings,
     TopologySpreadSpec,
@@ -152,9 +153,9 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         gpu_taints=tuple(GpuTaint(key=t["key"], value=t.get("value"), source=t["source"])
                          for t in (document.get("taints") or {}).get("gpu") or ()),
         world=_compile_world(document.get("worldSize") or {}),
-        tensor_parallel=TensorParallelSettings(
-            env=tuple((document.get("tensorParallel") or {}).get("env") or ()),
-            args=tuple(re.compile(a) for a in (document.get("tensorParallel") or {}).get("args") or ())),
+        tensor_parallel=_compile_degree(document.get("tensorParallel")),
+        parallelism=_compile_degree(document.get("parallelism")),
+        rightsizing=compile_rightsizing(document.get("rightsizing"), document["classes"]),
         ray_train_pattern=re.compile(document["rayTrain"]) if document.get("rayTrain") else None,
         model_keys=tuple(document["modelKeys"]),
         precisions={k.lower(): Decimal(str(v)) for k, v in document["precisions"].items()},
@@ -326,6 +327,11 @@ def _compile_world(spec: Mapping[str, Any]) -> WorldSettings:
     return WorldSettings(nodes_env=tuple(spec.get("nodesEnv") or ()), processes_env=spec.get("processesEnv"),
                          processes_per_node_env=spec.get("processesPerNodeEnv"),
                          nodes_env_sum_pattern=re.compile(pattern) if pattern else None)
+
+
+def _compile_degree(spec: Mapping[str, Any] | None) -> DegreeSettings:
+    return DegreeSettings(env=tuple((spec or {}).get("env") or ()),
+                          args=tuple(re.compile(a) for a in (spec or {}).get("args") or ()))
 
 
 def _compile_mutation_settings(spec: Mapping[str, Any]) -> MutationSettings:

@@ -19,6 +19,7 @@ from ..backends.queues import QueueIndex
 from ..backends.rules import SchedulerRules
 from ..bypasses.rules import BypassRules
 from ..dra.rules import DraRules
+from ..rightsizing.rules import RightsizingRules
 
 WORKLOAD_CLASSES = ("training", "inference", "batch", "hpo")
 MODES = ("deny", "warn", "audit")
@@ -225,7 +226,10 @@ class WorldSettings:
 
 
 @dataclass(frozen=True)
-class TensorParallelSettings:
+class DegreeSettings:
+    """Where a pod states a degree of parallelism: env variables, and patterns of its containers' command line
+    (group 1 is the degree)."""
+
     env: tuple[str, ...] = ()
     args: tuple[re.Pattern[str], ...] = ()
 
@@ -464,6 +468,8 @@ class NodeCatalog:
     absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
     beyond_severity: str = "warn"  # rules nodeCatalog.jobBeyondNodes: a job more than the nodes hold
     placement: Mapping[str, Any] = field(default_factory=dict)
+    # MIG profile a node offers ("1g.10gb") -> (the memory of one slice, the catalog model it is cut from)
+    mig_slices: Mapping[str, tuple[Decimal, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -509,7 +515,9 @@ class Rules:
     topology: TopologySettings = field(default_factory=TopologySettings)
     gpu_taints: tuple[GpuTaint, ...] = ()
     world: WorldSettings = field(default_factory=WorldSettings)
-    tensor_parallel: TensorParallelSettings = field(default_factory=TensorParallelSettings)
+    tensor_parallel: DegreeSettings = field(default_factory=DegreeSettings)
+    parallelism: DegreeSettings = field(default_factory=DegreeSettings)  # pipeline and data parallelism
+    rightsizing: RightsizingRules = field(default_factory=RightsizingRules)  # GPUs asked beyond the need
     ray_train_pattern: re.Pattern[str] | None = None  # a RayJob whose entrypoint or label values match trains
     dra: DraRules = field(default_factory=DraRules)  # GPUs claimed through Dynamic Resource Allocation
     generic_kinds: tuple[GenericKind, ...] = ()      # custom resources the webhook reads by shape

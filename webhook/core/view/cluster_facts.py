@@ -31,9 +31,12 @@ review as #141015). A CRD paramKind gets an informer of its own each time.
   listed), so the native policy writes a class only as the webhook would (`webhook.core.mutate.set_priority`), and
   judges a pod whole only where the webhook would not warn of its class; absent while the server has not checked;
 - ``card.<model>``: what validation reads of each model a node of the cluster has, as ``memory bytes|GPUs per
-  node|vendor|interconnect| resources of its vendor |`` (`Rules.vendor_of`, worked out here rather than in the
-  policy's CEL), so a policy can tell that the webhook would find nothing to say of a pod
-  (`webhook.generate.native_record`; a model no node has is the webhook's to warn of).
+  node|vendor|interconnect| resources of its vendor |bytes of the largest smaller device`` (`Rules.vendor_of`
+  and `webhook.core.rightsizing.smaller.largest_smaller`, worked out here rather than in the policy's CEL: a
+  memory need per GPU above the last holds in no smaller card nor MIG slice of the cluster, 0 where there is
+  none), so a policy can tell that the webhook would find nothing to say of a pod
+  (`webhook.generate.native_record`; a model no node has is the webhook's to warn of). The count of fields is
+  the card's version: a policy reads only the one it was generated for.
 
 Pure: the same rules give the same data, so two replicas that see the same nodes write the same object.
 """
@@ -44,6 +47,7 @@ import re
 from typing import Any, Mapping
 
 from webhook.core import placement
+from webhook.core.rightsizing.smaller import largest_smaller
 from webhook.core.rules import Rules
 from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
 
@@ -73,10 +77,12 @@ def toleration_text(toleration: Mapping[str, Any]) -> str:
     return "|".join(str(toleration.get(field) or "") for field in ("key", "operator", "value", "effect"))
 
 
-def card_text(memory: Any, gpus_per_node: int, vendor: str, interconnect: str, resources: tuple[str, ...] = ()) -> str:
-    """``memory bytes|GPUs per node|vendor|interconnect| resources of the vendor |``: none of them holds ``|``, and
-    the resources are separated and surrounded by spaces (a resource name holds none), for a policy to find one."""
-    return f"{int(memory)}|{gpus_per_node}|{vendor}|{interconnect}| {' '.join(resources)} "
+def card_text(memory: Any, gpus_per_node: int, vendor: str, interconnect: str, resources: tuple[str, ...] = (),
+              smaller: Any = 0) -> str:
+    """``memory bytes|GPUs per node|vendor|interconnect| resources of the vendor |bytes of the largest smaller
+    device``: none of them holds ``|``, and the resources are separated and surrounded by spaces (a resource name
+    holds none), for a policy to find one."""
+    return f"{int(memory)}|{gpus_per_node}|{vendor}|{interconnect}| {' '.join(resources)} |{int(smaller)}"
 
 
 def priority_text(rules: Rules, state: PriorityClassState) -> str | None:
@@ -108,7 +114,8 @@ def facts_data(rules: Rules, priority_classes: PriorityClassState = UNCHECKED) -
     for name, card in sorted(rules.catalog.items()):
         if name in rules.nodes.present and _KEY.match(CARD + name):
             resources = tuple(sorted(r for r in rules.gpu_resources if rules.vendor_of(r) == card.vendor))
-            data[CARD + name] = card_text(card.memory, card.gpus_per_node, card.vendor, card.interconnect, resources)
+            data[CARD + name] = card_text(card.memory, card.gpus_per_node, card.vendor, card.interconnect, resources,
+                                          largest_smaller(rules, card))
     spread = spread_keys(rules)
     for model, target in sorted(rules.nodes.placement.items()):
         if not _KEY.match(target_key(PACK, model)):

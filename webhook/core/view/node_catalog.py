@@ -5,8 +5,9 @@ an *effective* copy (swapped whole, as a reloaded rules file is): a catalog mode
 memory they report (GFD's MiB; AMD's rounded GiB only for a model the rules do not list) and, as GPUs per node,
 its largest node; the label values that name it on the nodes become names for it too; a model only the nodes
 know is added (interconnect unknown); and ``Rules.nodes`` says which models the cluster has, for the policy's
-messages and its warning about a model no node has, and where each model's nodes are (`webhook.core.placement`:
-topology, taints, fabric), for the mutation.
+messages and its warning about a model no node has, where each model's nodes are (`webhook.core.placement`:
+topology, taints, fabric), for the mutation, and the MIG slices the nodes offer, for rightsizing
+(`webhook.core.rightsizing.smaller`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,23 @@ from .node_facts import DiscoveredCatalog, DiscoveredModel
 
 MIB = Decimal(2**20)
 ABSENT_SEVERITIES = ("warn", "deny")
+# A MIG profile as GPU feature discovery names it ("1g.10gb", "1g.10gb+me"): the GB of memory each slice brings,
+# read as the rules' migPattern reads a MIG resource (GB of 10^9 bytes)
+_MIG_PROFILE = re.compile(r"^[0-9]+g\.(?P<mem>[0-9]+)gb")
+_GB = Decimal(10**9)
+
+
+def mig_slices(groups: dict[str, list[DiscoveredModel]]) -> dict[str, tuple[Decimal, str]]:
+    """Each MIG profile the nodes offer, with the memory of one slice and the catalog model it is cut from (the
+    first by name where several are)."""
+    slices: dict[str, tuple[Decimal, str]] = {}
+    for name, found in sorted(groups.items()):
+        for model in found:
+            for profile in model.mig_profiles:
+                match = _MIG_PROFILE.match(profile)
+                if match is not None:
+                    slices.setdefault(profile, (Decimal(match.group("mem")) * _GB, name))
+    return dict(sorted(slices.items()))
 
 
 def rules_model(rules: Rules, discovered: DiscoveredModel) -> GpuModel | None:
@@ -104,9 +122,10 @@ def effective(rules: Rules, discovered: DiscoveredCatalog) -> Rules:
                 (m.product for m in found)}
     where = placement(discovered.nodes.values(),
                       lambda node: model_of.get(node.gpu.product) if node.gpu is not None else None, rules)
+    slices = mig_slices({name: found for name, found in groups.items() if name in catalog})
     return dataclasses.replace(rules, catalog=catalog, model_index=index,
                                nodes=NodeCatalog(present=present, absent_severity=severity, beyond_severity=beyond,
-                                                 placement=where))
+                                                 placement=where, mig_slices=slices))
 
 
 def catalog_block(discovered: DiscoveredCatalog, rules: Rules) -> dict[str, Any]:

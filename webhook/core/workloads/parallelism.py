@@ -1,21 +1,28 @@
-"""How far a pod's work is spread: over how many pods (the job's world size) and over how many of its cards one
-model is split (tensor parallelism).
+"""How far a pod's work is spread: over how many pods (the job's world size), over how many of its cards one
+model is split (tensor parallelism), whether the pod says it uses every card on purpose, and how many cards a
+model needs (the sizes tensor parallelism takes).
 
-Both change what a pod needs. A 405B model does not fit the 8 cards of one pod, but a 64-pod job shards it over
+All change what a pod needs. A 405B model does not fit the 8 cards of one pod, but a 64-pod job shards it over
 512 cards; so the memory need of a distributed job is spread over all its GPUs, and the world size is read from
 where the operators write it: the env they inject (torchrun's ``PET_NNODES``, ``WORLD_SIZE`` with
 ``PET_NPROC_PER_NODE``, LeaderWorkerSet's group size, Volcano's task sizes), or, for a controller's template, the
 replica counts (see `webhook.core.workloads.templates`). Tensor parallelism is what makes PCIe cards slow: only a pod that says it
-splits one model over its cards (vLLM's ``--tensor-parallel-size``, an env variable) is warned about it.
+splits one model over its cards (vLLM's ``--tensor-parallel-size``, an env variable) is warned about it. A pod that
+states a degree above 1 of tensor, pipeline or data parallelism (or names its parallelism by annotation) uses
+every GPU it asks for on purpose: it is never told it asks for GPUs beyond its memory need.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Iterator
 
-from .. import podview
+from .. import names, podview
+from ..hints import Hints
 from ..podview import PodFacts
-from ..rules import Rules
+from ..rules import DegreeSettings, Rules
 
 
 @dataclass
@@ -66,21 +73,52 @@ def world_of(facts: PodFacts, rules: Rules) -> World:
     return SINGLE
 
 
-def tensor_parallel(facts: PodFacts, rules: Rules) -> tuple[int, str] | None:
-    """The tensor-parallel degree a container states (env or command line), and where; None when none does."""
-    settings = rules.tensor_parallel
+def _degrees(facts: PodFacts, settings: DegreeSettings) -> Iterator[tuple[int, str]]:
+    """Every degree the containers state where ``settings`` look (env, then the command line), with where, in the
+    order of the containers."""
     if not settings.env and not settings.args:
-        return None
+        return
     for container in podview.containers(facts.pod):
         env = podview.container_env(container)
         for name in settings.env:
             value = env.get(name)
             if value is not None and value.strip().isdigit():
-                return int(value), f"env {name}={value.strip()}"
+                yield int(value), f"env {name}={value.strip()}"
         words = [w for key in ("command", "args") for w in podview.as_list(container.get(key)) if isinstance(w, str)]
         line = " ".join(words)
         for pattern in settings.args:
             match = pattern.search(line)
             if match and match.group(1):
-                return int(match.group(1)), f"{match.group(0).strip()} in container \"{container.get('name', '?')}\""
-    return None
+                yield int(match.group(1)), f"{match.group(0).strip()} in container \"{container.get('name', '?')}\""
+
+
+def tensor_parallel(facts: PodFacts, rules: Rules) -> tuple[int, str] | None:
+    """The tensor-parallel degree a container states (env or command line), and where; None when none does."""
+    return next(_degrees(facts, rules.tensor_parallel), None)
+
+
+def declared_parallelism(facts: PodFacts, rules: Rules, hints: Hints, tensor: tuple[int, str] | None) -> str | None:
+    """Where the pod says it spreads its work over several of its GPUs on purpose: annotation
+    ``ai-admission.io/parallelism``, else its tensor-parallel degree (``tensor``, `tensor_parallel`'s) or the first
+    degree of pipeline or data parallelism a container states, when above 1 (a degree of 1 spreads nothing:
+    ``--tensor-parallel-size 1`` on 8 GPUs leaves 7 idle); None when it does not say."""
+    if hints.parallelism:
+        return f"annotation {names.PARALLELISM}={','.join(hints.parallelism)}"
+    if tensor is not None and tensor[0] > 1:
+        return tensor[1]
+    return next((where for degree, where in _degrees(facts, rules.parallelism) if degree > 1), None)
+
+
+def cards_holding(total: Decimal, card: Decimal) -> int:
+    """How many cards of ``card`` bytes together hold ``total`` bytes (at least one)."""
+    return max(1, math.ceil(total / card))
+
+
+def parallel_size(needed: int, node_gpus: int) -> int:
+    """The GPU count that holds ``needed`` cards' worth: the next power of two (the sizes tensor parallelism takes),
+    or the whole node when that is all a node has. The capacity denial suggests it, and rightsizing compares it with
+    what a pod asks for."""
+    size = 1
+    while size < needed:
+        size *= 2
+    return size if size <= node_gpus or needed > node_gpus else node_gpus

@@ -4,7 +4,8 @@ webhook writes it: its keys sorted, compact JSON, the memory per GPU in the webh
 A pod judged whole is one pod (not multi-node, no ``jobPods``), asks for whole GPUs of one resource, names its
 model by a label and its memory in whole Mi, Gi or Ti (`webhook.generate.cel.memory.stated_plainly`), so every part
 of the record is a value the policy already holds; the class's own parts (its preemptibility, the reason it is of
-the class) come from the rules, per class.
+the class) come from the rules, per class. Its need is stated per GPU, so it takes every GPU asked for
+(``gpusNeeded``, `webhook.core.profile`).
 """
 
 from __future__ import annotations
@@ -30,5 +31,6 @@ def record_text(classes: Mapping[str, ClassSettings], workload: str = "variables
                            for name, s in sorted(classes.items())) + "}"
     parts = [cel_string('{"class":"'), workload, cel_string('","gpuMemoryPerGpu":"'), byte_quantity("mb", PLAIN_SUFFIXES),
              cel_string('","gpus":{"'), "variables.asked[0]", cel_string('":'), "string(variables.gpus)",
-             cel_string('},"model":"'), "variables.model", f"{tail}[{workload}]"]
+             cel_string('},"gpusNeeded":'), "string(variables.gpus)",
+             cel_string(',"model":"'), "variables.model", f"{tail}[{workload}]"]
     return f"cel.bind(mb, {memory_bytes}, {' + '.join(parts)})"
