@@ -38,9 +38,12 @@ DRAIN_SECONDS = 4
 BOOT_SECONDS = 2.0  # after the old workers are gone, time for the new ones to import the app and load the rules
 
 
-def _replaced(server: Server, stopped: set[int], *, seconds: float = 20) -> None:
-    """Wait until the workers ``stopped`` are gone and as many workers as before run, then for them to boot."""
-    count = len(server.worker_pids())
+def _replaced(server: Server, stopped: set[int], count: int, *, seconds: float = 20) -> None:
+    """Wait until the workers ``stopped`` are gone and ``count`` workers run, then for them to boot.
+
+    ``stopped`` and ``count`` are read before the signal is sent: read after, they may already hold a worker the
+    master started in their place (a SIGHUP spawns the new workers before it stops the old), which never stops.
+    """
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         now = server.worker_pids()
@@ -72,12 +75,14 @@ def test_graceful_faults_lose_no_pod(control_plane: ControlPlane, rules: Rules, 
             config.update("version: 1\nclasses: not-a-map\n")
             issue_to_files(tmp_path / "tls", names=["localhost", "127.0.0.1"], renew_before=dt.timedelta(days=400))
             load.wait_for(200)
-            worker = min(server.worker_pids())
+            workers = server.worker_pids()
+            worker = min(workers)
             os.kill(worker, signal.SIGTERM)  # one worker, gracefully: the master starts another in its place
-            _replaced(server, {worker})
+            _replaced(server, {worker}, len(workers))
             load.wait_for(200)
+            workers = server.worker_pids()
             os.kill(server.process.pid, signal.SIGHUP)  # every worker replaced gracefully
-            _replaced(server, server.worker_pids())
+            _replaced(server, workers, len(workers))
             load.wait_for(200)
             # the workers started after the file broke run the last good rules and say why
             assert all(server.get("/readyz").json()["rulesReloadError"].endswith(
