@@ -47,6 +47,7 @@ import yaml
 from certs import ensure_dev_certs
 from tests.bench.run import Server, build, machine
 from tests.conftest import ROOT, free_port
+from tests.support.contexts import as_context
 from tests.support.control_plane import ControlPlane, find_binaries, namespace_name
 from tests.support.e2e_install import ROUTE_LABEL, routed_configurations
 from tests.support.e2e_load import PodLoad
@@ -185,7 +186,7 @@ def install_native(plane: ControlPlane, rules: Any) -> tuple[str, dict[str, floa
     # condition then never see)
     # written beside the probes, as the server writes it while the API server takes up the policies: the kind's
     # establishment is the parameter's to wait for, not the backstop's
-    writer = threading.Thread(target=facts_installed, args=(plane, facts_data(with_nodes(a100_cluster(), rules))))
+    writer = threading.Thread(target=facts_installed, args=(plane, facts_data(as_context(with_nodes(a100_cluster(), rules)))))
     writer.start()
     profiled = copy.deepcopy(BURST_POD)
     unclassed = copy.deepcopy(BURST_POD)  # of no class: the same policy gives it its GPU tolerations

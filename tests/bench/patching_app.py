@@ -22,6 +22,7 @@ from typing import Any
 from flask import Flask, Response, request
 
 from tests.bench.e2e import BURST_POD, mix_pods
+from tests.support.contexts import as_context
 from webhook.config.rules_file import default_rules_path, load_rules
 from webhook.core.admission import mutate_verdict
 
@@ -47,7 +48,7 @@ def _patches() -> dict[str, str]:
     one_label = os.environ.get("AI_ADMISSION_BENCH_PATCH") == "one-label"
     found = {}
     for pod in [BURST_POD, *mix_pods()]:
-        patch = list(mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny").patch)
+        patch = list(mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny").patch)
         if patch and one_label:
             patch = _one_label(pod)
         if patch:

@@ -29,6 +29,7 @@ import yaml
 
 from certs import ensure_dev_certs
 from tests.conftest import ROOT, free_port
+from tests.support.contexts import as_context
 from tests.support.fixtures import POD_CASES
 from tests.support.reviews import admission_review
 from webhook.compiled import built_modules
@@ -197,7 +198,7 @@ def patch_operations() -> str:
     from webhook.core.admission import mutate_verdict
 
     rules = load_rules(ROOT / "rules" / "default.yaml")
-    counts = [len(mutate_verdict(copy.deepcopy(case.pod), rules=rules, mode="deny").patch) for case in POD_CASES]
+    counts = [len(mutate_verdict(copy.deepcopy(case.pod), ctx=as_context(rules), mode="deny").patch) for case in POD_CASES]
     mutated = [c for c in counts if c]
     return f"{statistics.mean(mutated):.1f} ({min(mutated)}-{max(mutated)}) over {len(mutated)} mutated pods"
 

@@ -29,6 +29,7 @@ from tests.support.apiserver import (
     named,
     warnings,
 )
+from tests.support.contexts import as_context
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.crds import crds
 from tests.support.e2e_install import (
@@ -198,7 +199,7 @@ def test_controllers_and_ai_crds_are_judged_at_server_dry_run(control_plane: Con
     when the webhook's own verdict on it is a denial, with its message."""
     obj = copy.deepcopy(obj)
     obj["metadata"].pop("namespace", None)
-    judged = judge_object(copy.deepcopy(obj), rules=rules, mode="deny", namespace=namespace)
+    judged = judge_object(copy.deepcopy(obj), ctx=as_context(rules), mode="deny", namespace=namespace)
     done = control_plane.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(obj))
     if judged is None or judged[0].allowed:  # nothing to judge in it (a kind read by shape with no GPU), or allowed
         assert done.returncode == 0, done.stderr

@@ -23,6 +23,7 @@ import yaml
 
 from tests.conftest import ROOT, start_server, stop_server
 from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named, warnings
+from tests.support.contexts import as_context
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.crds import crds
 from tests.support.e2e_install import (
@@ -135,9 +136,9 @@ def webhook_says(obj: dict[str, Any], namespace: str, rules: Rules) -> dict[str,
     for each code the policy also denies, the paths of the templates (``pod`` for a pod) it is found in."""
     found: dict[str, set[str]] = {code: set() for code in denied(rules)}
     if obj.get("kind") == "Pod":
-        verdicts = [("pod", judge_pod(obj, rules=rules, mode="deny", subject="pod", namespace=namespace))]
+        verdicts = [("pod", judge_pod(obj, ctx=as_context(rules), mode="deny", subject="pod", namespace=namespace))]
     else:
-        judged = judge_object(obj, rules=rules, mode="deny", namespace=namespace, generic=False)
+        judged = judge_object(obj, ctx=as_context(rules), mode="deny", namespace=namespace, generic=False)
         verdicts = [(t.path, t.verdict) for t in (judged[1] if judged else [])]
     for path, verdict in verdicts:
         for finding in verdict.findings:
@@ -333,7 +334,7 @@ def test_the_toleration_policy_adds_the_gpu_tolerations_the_webhook_adds(
     for, exactly those /mutate adds for them (the class's pool tolerations are the webhook's alone)."""
     pod = for_apiserver(pod, tolerations_installed)
     before = pod["spec"].get("tolerations") or []
-    mutation = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    mutation = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     mutated = jsonpatch.apply_patch(copy.deepcopy(pod), list(mutation.patch))
     accelerators = set(mutation.profile.gpus) if mutation.profile else set()
     expected = [t for t in mutated["spec"].get("tolerations") or [] if t not in before and t["key"] in accelerators]

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, start_server, stop_server
 from tests.support.apiserver import DEFAULT_TOLERATIONS, create, for_apiserver, named
 from tests.support.clusters import a100_cluster, gke_cluster, with_nodes
+from tests.support.contexts import as_context
 from tests.support.control_plane import ControlPlane, namespace_name
 from tests.support.e2e_install import (
     BARE_POD,
@@ -40,6 +41,7 @@ from tests.support.fixtures import POD_CASES
 from tests.support.metrics import metric
 from webhook.core import names
 from webhook.core.admission import judge_pod, mutate_verdict
+from webhook.core.context import Context
 from webhook.core.profile import build_profile
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import PLURAL, facts_data, param
@@ -79,40 +81,41 @@ def sized_training_pod() -> dict[str, Any]:
 PROFILED = {"train": PROFILED_POD, "serve": inference_pod(), "sized": sized_training_pod()}
 
 
-def with_class(pod: dict[str, Any], rules: Rules) -> dict[str, Any] | None:
+def with_class(pod: dict[str, Any], rules: Rules | Context) -> dict[str, Any] | None:
     """The pod naming the class the webhook gives it (the first thing the webhook and the policies read); None for
     a pod of no class."""
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     workload = verdict.profile.workload if verdict.profile else None
-    if workload not in rules.classes:
+    if workload not in as_context(rules).rules.classes:
         return None
     result = copy.deepcopy(pod)
     result["metadata"].setdefault("annotations", {})[names.WORKLOAD_TYPE] = workload
     return result
 
 
-def webhooks_pod(pod: dict[str, Any], rules: Rules) -> dict[str, Any]:
+def webhooks_pod(pod: dict[str, Any], rules: Rules | Context) -> dict[str, Any]:
     """``pod`` as the webhook's /mutate patch leaves it (the cluster's nodes not known, as here)."""
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
 
 
-def gpu_tolerations(pod: dict[str, Any], sent: dict[str, Any], rules: Rules) -> list[dict[str, Any]]:
+def gpu_tolerations(pod: dict[str, Any], sent: dict[str, Any], rules: Rules | Context) -> list[dict[str, Any]]:
     """The tolerations added to ``sent`` for the GPU taints of its nodes (the class's pool tolerations are the
     webhook's)."""
     before = sent["spec"].get("tolerations") or []
     workload = (sent["metadata"].get("annotations") or {}).get(names.WORKLOAD_TYPE, "")
-    pool = list(rules.classes[workload].mutate.tolerations) if workload in rules.classes else []
+    classes = as_context(rules).rules.classes
+    pool = list(classes[workload].mutate.tolerations) if workload in classes else []
     return sorted((t for t in pod["spec"].get("tolerations") or [] if t not in before and t not in pool
                    and t.get("key") not in DEFAULT_TOLERATIONS), key=str)
 
 
-def covered(pod: dict[str, Any], rules: Rules, own: dict[str, Any] | None = None) -> dict[str, Any]:
+def covered(pod: dict[str, Any], rules: Rules | Context, own: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the class policies write, read off a pod: /dev/shm (the volume and each mount), the PriorityClass with
     its value and preemption policy (where ``own``, the pod as sent, names no class), the class label, the
     run-time bound."""
     spec, meta = pod["spec"], pod["metadata"]
-    volume = rules.mutation.shm_volume_name
+    volume = as_context(rules).rules.mutation.shm_volume_name
     mounts = {f"{kind}/{c['name']}": [m for m in c.get("volumeMounts") or [] if m.get("mountPath") == SHM]
               for kind in ("initContainers", "containers") for c in spec.get(kind) or []}
     named_class = spec.get("priorityClassName")
@@ -202,7 +205,7 @@ def test_the_profiled_pods_are_mutated_as_the_webhook_mutates_them(control_plane
     assert sized is not None and sized["spec"]["volumes"][-1]["emptyDir"]["sizeLimit"] == "21248Mi"  # (40Gi + 1.5Gi) / 2, below 8 x 4Gi
 
 
-def compared(plane: ControlPlane, native_namespace: str, plain: str, rules: Rules,
+def compared(plane: ControlPlane, native_namespace: str, plain: str, rules: Rules | Context,
              pods: list[tuple[str, dict[str, Any]]],
              placing: tuple[list[str], list[str]] = ([], [])) -> tuple[list[str], list[str], list[str]]:
     """Each pod (with the class the webhook gives it) through the policies, against the webhook's patch: (mutated
@@ -223,7 +226,7 @@ def compared(plane: ControlPlane, native_namespace: str, plain: str, rules: Rule
         # the GPU tolerations, countable or not, as the webhook gives them; with the nodes' facts, for a pod whose
         # model CEL reads as the webhook does (else none: the webhook adds them)
         tolerated = gpu_tolerations(got, sent, rules)
-        assert tolerated == gpu_tolerations(by_webhook, sent, rules) or (rules.nodes and not tolerated), name
+        assert tolerated == gpu_tolerations(by_webhook, sent, rules) or (as_context(rules).nodes and not tolerated), name
         expected, untouched, now = (covered(p, rules, sent) for p in (by_webhook, as_sent, got))
         if now == expected:
             same.append(name)
@@ -256,7 +259,7 @@ def test_every_fixture_pod_gets_what_the_webhook_gives_or_is_left_to_it(control_
     assert len(same) > 2 * len(left), (same, left, refused)
 
 
-def published_pods(rules: Rules) -> list[tuple[str, dict[str, Any]]]:
+def published_pods(rules: Rules | Context) -> list[tuple[str, dict[str, Any]]]:
     """The pods the published manifests' controllers make (their templates, read as the webhook reads them), each
     naming a GPU model and memory by annotation where it does not already: most published manifests name neither,
     and the backstop would deny them before their mutation could be compared (the backstop's own agreement with
@@ -267,7 +270,7 @@ def published_pods(rules: Rules) -> list[tuple[str, dict[str, Any]]]:
             if obj.get("kind") == "Pod":
                 found.append((f"{path.name}#{index}", obj))
                 continue
-            for template in templates_of(obj, rules=rules) or []:
+            for template in templates_of(obj, ctx=as_context(rules)) or []:
                 pod = copy.deepcopy(template.pod)
                 pod["metadata"]["name"] = f"p{len(found)}"
                 found.append((f"{path.name}#{index}:{template.path}", pod))
@@ -338,13 +341,13 @@ def pack_key(pod: dict[str, Any] | None) -> str | None:
 
 
 def facts_in_place(plane: ControlPlane, namespace: str, nodes: list[dict[str, Any]], rules: Rules,
-                   probe: dict[str, Any], shows: Callable[[dict[str, Any] | None], bool]) -> Iterator[Rules]:
+                   probe: dict[str, Any], shows: Callable[[dict[str, Any] | None], bool]) -> Iterator[Context]:
     """The facts of ``nodes`` in the parameter (as the server writes them while its node watch sees them), once
     the policies act on them (``shows`` holds of ``probe`` as they make it: the API server's parameter informer sees
     a change a moment later); the rules in force with those nodes, for the webhook's side. The empty parameter again
     afterwards."""
     in_force = with_nodes(nodes, rules)
-    facts_replaced(plane, facts_data(in_force))
+    facts_replaced(plane, facts_data(as_context(in_force)))
     deadline = time.monotonic() + 30
     while not shows(natively(plane, namespace, probe)):
         assert time.monotonic() < deadline, "the policies do not read the new facts"
@@ -356,14 +359,14 @@ def facts_in_place(plane: ControlPlane, namespace: str, nodes: list[dict[str, An
 
 
 @pytest.fixture
-def gke_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Rules]:
+def gke_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Context]:
     """GKE's nodes: A3 Mega blocks and sub-blocks, L4 nodes in two zones."""
     yield from facts_in_place(control_plane, native_installed, gke_cluster(), rules, PLACED["two-by-eight"][0],
                               lambda pod: pack_key(pod) is not None)
 
 
 def test_the_nodes_facts_pack_jobs_and_spread_replicas_as_the_webhook_does(
-        control_plane: ControlPlane, native_installed: str, plain: str, gke_facts: Rules) -> None:
+        control_plane: ControlPlane, native_installed: str, plain: str, gke_facts: Context) -> None:
     """With the facts of the nodes (GKE's A3 Mega blocks and sub-blocks, L4 nodes in two zones) and no webhook,
     a job is packed into the narrowest level that holds its GPUs, a job its operator says is one pod is not, and a
     replica is spread over the keys its model's nodes have two values of: what the webhook does on those nodes."""
@@ -380,7 +383,7 @@ def test_the_nodes_facts_pack_jobs_and_spread_replicas_as_the_webhook_does(
 
 
 def test_with_the_nodes_facts_every_fixture_pod_is_placed_as_the_webhook_places_it_or_left_to_it(
-        control_plane: ControlPlane, native_installed: str, plain: str, gke_facts: Rules) -> None:
+        control_plane: ControlPlane, native_installed: str, plain: str, gke_facts: Context) -> None:
     placing: tuple[list[str], list[str]] = ([], [])
     same, left, refused = compared(control_plane, native_installed, plain, gke_facts,
                                    [(case.name, case.pod) for case in POD_CASES], placing)
@@ -392,9 +395,9 @@ def test_with_the_nodes_facts_every_fixture_pod_is_placed_as_the_webhook_places_
     for name in placing[1]:  # each left for its model: the policy reads one model label of a model a node has
         pod = with_class(cases[name], gke_facts)
         assert pod is not None and gke_facts.nodes is not None
-        profile = build_profile(pod, gke_facts)
+        profile = build_profile(pod, as_context(gke_facts))
         selector = pod["spec"].get("nodeSelector") or {}
-        read = [key for key in gke_facts.model_keys if selector.get(key)]
+        read = [key for key in gke_facts.rules.model_keys if selector.get(key)]
         assert (profile.model is None or profile.model.name not in gke_facts.nodes.present or len(read) != 1
                 or profile.model_source != f"nodeSelector {read[0]}"), (name, profile.model_source)
 
@@ -439,42 +442,42 @@ def record_of(pod: dict[str, Any] | None) -> str | None:
     return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(names.PROFILE)
 
 
-def webhook_says(pod: dict[str, Any], namespace: str, rules: Rules) -> tuple[list[Any], list[str], list[str]]:
+def webhook_says(pod: dict[str, Any], namespace: str, rules: Rules | Context) -> tuple[list[Any], list[str], list[str]]:
     """What the webhook would add to ``pod`` and say of it: its patch, its mutation's warnings, its validation's
     findings (denials and warnings)."""
-    mutation = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny", namespace=namespace)
-    verdict = judge_pod(copy.deepcopy(pod), rules=rules, mode="deny", namespace=namespace, subject="pod")
+    mutation = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny", namespace=namespace)
+    verdict = judge_pod(copy.deepcopy(pod), ctx=as_context(rules), mode="deny", namespace=namespace, subject="pod")
     return list(mutation.patch), list(mutation.warnings), [f.code for f in verdict.findings]
 
 
 @pytest.fixture
-def a100_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Rules]:
+def a100_facts(control_plane: ControlPlane, native_installed: str, rules: Rules) -> Iterator[Context]:
     """Nodes that have the course example's model (A100 80GB in two zones), beside GKE's."""
     yield from facts_in_place(control_plane, native_installed, a100_cluster(), rules, PROFILED_POD,
                               lambda pod: record_of(pod) is not None)
 
 
 def test_the_profiled_pods_are_judged_whole_natively(control_plane: ControlPlane, native_installed: str,
-                                                    a100_facts: Rules) -> None:
+                                                    a100_facts: Context) -> None:
     """With the nodes' facts, the profiled training and inference pods get the record the webhook writes, and the
     webhook would add nothing to them and find nothing to say: the common pod needs no call to it."""
     for name in ("train", "serve"):
         made = natively(control_plane, native_installed, PROFILED[name])
         assert made is not None, name
         sent = for_apiserver(PROFILED[name], native_installed)
-        written = {op["path"]: op["value"] for op in mutate_verdict(sent, rules=a100_facts, mode="deny").patch}
+        written = {op["path"]: op["value"] for op in mutate_verdict(sent, ctx=as_context(a100_facts), mode="deny").patch}
         assert record_of(made) == written["/metadata/annotations/ai-admission.io~1profile"], name
         assert webhook_says(made, native_installed, a100_facts) == ([], [], []), name
     # 20Gi on an A100 is held by one card of the cluster's L4s: the webhook says so, so the policy leaves it to it
     smaller = natively(control_plane, native_installed, inference_pod("20Gi"))
     assert smaller is not None and record_of(smaller) is None
-    verdict = judge_pod(for_apiserver(inference_pod("20Gi"), native_installed), rules=a100_facts, mode="deny",
+    verdict = judge_pod(for_apiserver(inference_pod("20Gi"), native_installed), ctx=as_context(a100_facts), mode="deny",
                         subject="pod")
     assert verdict.reason_codes == ["gpu-fits-smaller-model"]
 
 
 def test_every_pod_judged_natively_is_one_the_webhook_would_leave_as_it_is(
-        control_plane: ControlPlane, native_installed: str, a100_facts: Rules) -> None:
+        control_plane: ControlPlane, native_installed: str, a100_facts: Context) -> None:
     """Over the fixture pods and the published manifests' pods (each naming its class, and, where it names none,
     the course example's model and memory the way it does: by nodeSelector and annotation): a pod the policies
     judge whole is one the webhook would add nothing to and find nothing in; every other pod carries no record."""
@@ -505,7 +508,7 @@ def test_every_pod_judged_natively_is_one_the_webhook_would_leave_as_it_is(
 
 
 def test_a_mark_the_pod_came_with_never_keeps_it_from_the_webhooks(control_plane: ControlPlane,
-                                                                    native_installed: str, a100_facts: Rules) -> None:
+                                                                    native_installed: str, a100_facts: Context) -> None:
     """The mark of a native judgement written by hand on a pod the policy does not judge (its model named by
     annotation: the webhook pins it) is removed, so the webhooks' condition still sends the pod to them; on a pod
     it judges, it is the policy's own."""
@@ -521,7 +524,7 @@ def test_a_mark_the_pod_came_with_never_keeps_it_from_the_webhooks(control_plane
 
 
 def test_with_the_webhook_too_a_pod_judged_natively_costs_it_no_call(
-        control_plane: ControlPlane, native_installed: str, plain: str, a100_facts: Rules, rules: Rules,
+        control_plane: ControlPlane, native_installed: str, plain: str, a100_facts: Context, rules: Rules,
         tmp_path: Path) -> None:
     """The webhooks registered with the native component's condition: the profiled pods are admitted as the
     webhook alone admits them on those nodes, and neither webhook is called; a pod the policies leave is sent."""
@@ -637,7 +640,7 @@ EDITS: dict[str, Callable[[dict[str, Any]], None]] = {
 @settings(max_examples=80, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_a_profiled_pod_edited_is_judged_whole_only_where_the_webhook_has_nothing_to_add(
-        control_plane: ControlPlane, native_installed: str, a100_facts: Rules, base: str, edits: list[str]) -> None:
+        control_plane: ControlPlane, native_installed: str, a100_facts: Context, base: str, edits: list[str]) -> None:
     """The judgement against shapes the fixtures lack: the profiled pods with up to three small edits each (an
     init container, a device env, a PriorityClass, memory past a card, ...). Where the policy judges the pod whole,
     the webhook would add nothing to it and find nothing in it."""
@@ -654,7 +657,7 @@ def test_a_profiled_pod_edited_is_judged_whole_only_where_the_webhook_has_nothin
 
 
 def test_each_edit_alone_is_judged_whole_only_where_the_webhook_has_nothing_to_add(
-        control_plane: ControlPlane, native_installed: str, a100_facts: Rules) -> None:
+        control_plane: ControlPlane, native_installed: str, a100_facts: Context) -> None:
     """Each edit of the property above on the profiled training pod, alone: not a vacuous property (some edits
     keep the pod judged whole, most send it to the webhook), and the same answer."""
     judged, left = [], []

@@ -30,6 +30,7 @@ import yaml
 
 from tests.conftest import eventually, start_server, stop_server
 from tests.support.clusters import eks_cluster, gke_cluster, with_nodes
+from tests.support.contexts import as_context
 from tests.support.control_plane import SCHEDULER, Component, ControlPlane, namespace_name, running
 from tests.support.e2e_install import install, uninstall
 from tests.support.simulated import E2E_TOLERATION, Kubelets, SimulatedCluster, bound, create, create_node, domain
@@ -268,7 +269,7 @@ def test_with_no_webhook_the_native_policies_pack_a_job_by_the_facts_the_server_
     namespace = plane.create_namespace(namespace_name(f"{cluster.name}-native"), {NATIVE: "true"})
     try:
         # with the PriorityClasses' state the server's watch finds: every class as the rules say (applied above)
-        expected = facts_data(with_nodes(cluster.nodes, rules), PriorityClassState(checked=True))
+        expected = facts_data(as_context(with_nodes(cluster.nodes, rules), priority_classes=PriorityClassState(checked=True)))
         assert expected["pack"] and expected["priorityClasses"]
         # the server creates the parameter once its kind is served, and fills it from its node watch (a server that
         # found the kind not served asks again a minute later: cluster_facts.UNSERVED_RETRY_SECONDS)

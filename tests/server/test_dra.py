@@ -10,8 +10,8 @@ from __future__ import annotations
 from tests.conftest import Server
 from tests.support.dra import A100, MEM_40, PRODUCT_FIX, request, template
 from tests.support.reviews import admission_review
-from webhook.core.dra.claims import CLAIM
-from webhook.core.dra.claims import CLAIM_TEMPLATE as TEMPLATE
+from webhook.core.view.claims import CLAIM
+from webhook.core.view.claims import CLAIM_TEMPLATE as TEMPLATE
 
 
 def test_claim_reviews_through_the_server(server: Server, known: str) -> None:

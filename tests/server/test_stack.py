@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Server
+from tests.support.contexts import as_context
 from tests.support.fixtures import EXPECTED, STACK
 from tests.support.reviews import admission_review
 from webhook.cli.check import read_documents
@@ -34,7 +35,7 @@ def _review(obj: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("filename", sorted(EXPECTED))
 def test_the_webhook_says_what_check_says(server: Server, filename: str, rules: Rules) -> None:
-    report = check(list(read_documents([str(STACK / filename)])), rules=rules)
+    report = check(list(read_documents([str(STACK / filename)])), context=as_context(rules))
     for document in read_documents([str(STACK / filename)]):
         obj = document.obj
         mine = [r for r in report.results if r.document == document]

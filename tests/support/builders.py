@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import ROOT, RULES_FILE
+from tests.support.contexts import as_context
 from tests.support.kubelet import KeyDir
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import mutate_verdict
@@ -118,7 +119,7 @@ def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> d
 
 def patched(pod: dict[str, Any], rules: Rules) -> dict[str, dict[str, Any]]:
     """/mutate's operations by path (each path appears once in these pods)."""
-    ops = mutate_verdict(pod, rules=rules, mode="deny").patch
+    ops = mutate_verdict(pod, ctx=as_context(rules), mode="deny").patch
     return {op["path"]: dict(op) for op in ops}
 
 

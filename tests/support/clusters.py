@@ -19,9 +19,10 @@ import time
 from typing import Any
 
 from webhook.cluster.nodes import NodeStore
+from webhook.core.context import Context
 from webhook.core.rules import Rules
-from webhook.core.view.node_catalog import effective
 from webhook.core.view.node_facts import DiscoveredCatalog
+from webhook.core.view.observe import observe
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 L4 = "NVIDIA-L4"
@@ -113,6 +114,6 @@ def discovered(nodes: list[dict[str, Any]], rules: Rules) -> DiscoveredCatalog:
     return store.catalog(synced_at=time.time())
 
 
-def with_nodes(nodes: list[dict[str, Any]], rules: Rules) -> Rules:
-    """``rules`` as the server runs them while its node watch sees ``nodes``."""
-    return effective(rules, discovered(nodes, rules))
+def with_nodes(nodes: list[dict[str, Any]], rules: Rules) -> Context:
+    """The context a request is judged in while the server's node watch sees ``nodes``."""
+    return Context(rules, observe(rules, nodes=discovered(nodes, rules)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.dra.claims import CLAIM_TEMPLATE as TEMPLATE
+from webhook.core.view.claims import CLAIM_TEMPLATE as TEMPLATE
 
 A100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA A100-SXM4-80GB"'
 

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import RULES_FILE
+from tests.support.contexts import as_context
 from tests.support.fixtures import FIXTURES, load_pod_case
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import mutate_verdict
@@ -60,7 +61,7 @@ def _fragments_hold(actual: list[str], fragments: list[str]) -> bool:
 def refresh(path: Path) -> bool:
     """Rewrite ``path``'s golden parts; True when the file changed."""
     case = load_pod_case(path)
-    mutation = mutate_verdict(copy.deepcopy(case.pod), rules=load_rules(RULES_FILE), mode="deny")
+    mutation = mutate_verdict(copy.deepcopy(case.pod), ctx=as_context(load_rules(RULES_FILE)), mode="deny")
     text = path.read_text()
     lines = text.split("\n")
     lines = _replace(lines, "patch", _block("patch", [dict(op) for op in mutation.patch]))

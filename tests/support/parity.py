@@ -29,15 +29,18 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from tests.conftest import ROOT
-from tests.support.clusters import a100_cluster, discovered, gke_cluster, with_nodes
+from tests.support.clusters import a100_cluster, discovered, gke_cluster
+from tests.support.contexts import as_context
 from tests.support.fixtures import POD_CASES
 from tests.support.policy_chain import Cluster, Outcome, in_process
 from webhook.core import names
 from webhook.core.admission import judge_pod, mutate_verdict
+from webhook.core.context import Context
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import NAME as FACTS
 from webhook.core.view.cluster_facts import facts_data, param
-from webhook.core.view.cluster_view import ClusterView
+from webhook.core.view.node_facts import UNDISCOVERED
+from webhook.core.view.observe import observe
 from webhook.core.view.priority_state import PriorityClassState
 from webhook.core.workloads.kinds import templates_of
 from webhook.generate import ledger, native
@@ -54,7 +57,7 @@ MARK = names.JUDGED_BY
 # -- the clusters ------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Context:
+class Scenario:
     """A cluster as the server sees it: its nodes (None: no node known), the PriorityClasses' state, and whether
     the facts' object exists yet."""
 
@@ -65,10 +68,10 @@ class Context:
 
 
 CONTEXTS = (
-    Context("no facts object yet", None, facts_object=False),
-    Context("no node known", None),
-    Context("A100, H100 and L4 nodes", a100_cluster),
-    Context("GKE's nodes, ai-batch missing and ai-inference differing", gke_cluster,
+    Scenario("no facts object yet", None, facts_object=False),
+    Scenario("no node known", None),
+    Scenario("A100, H100 and L4 nodes", a100_cluster),
+    Scenario("GKE's nodes, ai-batch missing and ai-inference differing", gke_cluster,
             PriorityClassState(missing_priority_classes=frozenset({"ai-batch"}), checked=True,
                                differing_priority_classes={"ai-inference": "value 1 in the cluster"})),
 )
@@ -92,14 +95,13 @@ class Installations:
     alone: Cluster
     both: Cluster
     native: Cluster
-    rules: Rules  # in force
+    context: Context  # what the webhook judges in
 
 
-def installations(rules: Rules, context: Context) -> Installations:
+def installations(rules: Rules, context: Scenario) -> Installations:
     nodes = context.nodes() if context.nodes else None
-    in_force = with_nodes(nodes, rules) if nodes is not None else rules
-    view = ClusterView(nodes=discovered(nodes, rules), priority_classes=context.priority) if nodes is not None \
-        else ClusterView(priority_classes=context.priority)
+    in_force = Context(rules, observe(rules, nodes=discovered(nodes, rules) if nodes is not None else UNDISCOVERED,
+                                      priority_classes=context.priority))
     classes = {s.priority_class.name: (s.priority_class.value, s.priority_class.preemption_policy)
                for s in rules.classes.values() if s.priority_class is not None}
     for missing in context.priority.missing_priority_classes:
@@ -107,8 +109,8 @@ def installations(rules: Rules, context: Context) -> Installations:
     for differing in context.priority.differing_priority_classes:
         classes[differing] = (1, classes[differing][1])
     namespaces = {NAMESPACE: {"kubernetes.io/metadata.name": NAMESPACE}}
-    webhook = in_process(in_force, view)
-    params = {(HOME, FACTS): param(HOME, facts_data(in_force, context.priority))} if context.facts_object else {}
+    webhook = in_process(in_force)
+    params = {(HOME, FACTS): param(HOME, facts_data(in_force))} if context.facts_object else {}
     configurations = webhook_configurations(rules)
     native_set = native.native_set(rules)
     return Installations(
@@ -116,7 +118,7 @@ def installations(rules: Rules, context: Context) -> Installations:
         both=Cluster(objects=[*native_set, *_patched(configurations, native.webhook_patch(rules))],
                      namespaces=namespaces, priority_classes=classes, webhook=webhook, params=params),
         native=Cluster(objects=native_set, namespaces=namespaces, priority_classes=classes, webhook=None, params=params),
-        rules=in_force)
+        context=in_force)
 
 
 # -- the pods ----------------------------------------------------------------------------------------------------
@@ -311,7 +313,7 @@ def edited(base: dict[str, Any], edits: tuple[str, ...]) -> dict[str, Any]:
 
 def with_class(pod: dict[str, Any], rules: Rules) -> dict[str, Any] | None:
     """``pod`` naming the class the webhook gives it; None for a pod of no class or one that names it already."""
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     workload = verdict.profile.workload if verdict.profile else None
     notes = pod.get("metadata", {}).get("annotations") or {}
     if workload not in rules.classes or notes.get(names.WORKLOAD_TYPE) == workload:
@@ -326,7 +328,7 @@ def _template_pods(objects: list[dict[str, Any]], rules: Rules, source: str) -> 
         if obj.get("kind") == "Pod":
             yield f"{source}#{index}", copy.deepcopy(obj)
             continue
-        for number, template in enumerate(templates_of(copy.deepcopy(obj), rules=rules) or []):
+        for number, template in enumerate(templates_of(copy.deepcopy(obj), ctx=as_context(rules)) or []):
             pod = copy.deepcopy(template.pod)
             pod["metadata"].pop("generateName", None)
             pod["metadata"]["name"] = f"p{index}"
@@ -435,7 +437,7 @@ def compare(name: str, pod: dict[str, Any], setup: Installations, rules: Rules) 
             found.append(f"judged whole, another pod than the webhooks': {_diff(_unmarked(alone.pod), _unmarked(natively.pod))}")
         elif _webhook_warnings(alone):
             found.append(f"judged whole, but the webhooks warn: {_webhook_warnings(alone)}")
-    webhook = judge_pod(copy.deepcopy(natively.pod), rules=setup.rules, mode="deny", subject="pod", namespace=NAMESPACE)
+    webhook = judge_pod(copy.deepcopy(natively.pod), ctx=setup.context, mode="deny", subject="pod", namespace=NAMESPACE)
     claimed = {f.code for f in webhook.findings if f.severity == "deny"} & backstop_codes(rules)
     backstop_denies = not natively.allowed and (natively.denied_by or "").startswith("policy")
     refused = natively.denied_by == "Priority"  # the API server's own refusal comes before any policy

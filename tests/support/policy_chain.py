@@ -37,10 +37,9 @@ import jsonpatch
 
 from tests.support.cel_engine import CelError, evaluate
 from webhook.core.admission import MUTATE, VALIDATE, Verdict, decide
+from webhook.core.context import Context
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.review import AdmissionRequest
-from webhook.core.rules import Rules
-from webhook.core.view.cluster_view import NOTHING_KNOWN, ClusterView
 
 NOT_READY = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 # every cluster has these (the API server creates them)
@@ -450,8 +449,8 @@ class Cluster:
         return outcome
 
 
-def in_process(rules: Rules, view: ClusterView = NOTHING_KNOWN) -> Webhook:
-    """The webhook as the server runs it for ``rules`` in force and the cluster's ``view``."""
+def in_process(context: Context) -> Webhook:
+    """The webhook as the server runs it in ``context`` (the rules, and the cluster's view)."""
     def call(endpoint: str, mode: str | None, request: AdmissionRequest) -> Verdict | None:
-        return decide(request, rules=rules, endpoint=endpoint, path_mode=mode, view=view)
+        return decide(request, ctx=context, endpoint=endpoint, path_mode=mode)
     return call

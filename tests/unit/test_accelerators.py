@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.clusters import with_nodes
+from tests.support.contexts import as_context
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import Verdict, judge_pod, mutate_verdict
 from webhook.core.rules import Rules
@@ -36,7 +37,7 @@ def pod(resources: dict[str, str] | None = None, *, annotations: dict[str, str] 
 
 
 def judged(p: dict[str, Any], rules: Rules) -> Verdict:
-    return judge_pod(copy.deepcopy(p), rules=rules, mode="deny", subject="pod")
+    return judge_pod(copy.deepcopy(p), ctx=as_context(rules), mode="deny", subject="pod")
 
 
 def denials(verdict: Verdict) -> list[str]:
@@ -118,7 +119,7 @@ def test_the_share_goes_to_the_container_the_annotation_names(rules: Rules) -> N
     shared = pod(annotations={"gpu-fraction": "0.5", "gpu-fraction-container-name": "c1",
                               "ai-admission.io/workload-type": "inference"},
                  selector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, containers=3)
-    verdict = mutate_verdict(copy.deepcopy(shared), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(shared), ctx=as_context(rules), mode="deny")
     mutated = apply_verdict(shared, verdict)
     mounts = [[m["mountPath"] for m in c.get("volumeMounts", [])] for c in mutated["spec"]["containers"]]
     assert mounts == [[], ["/dev/shm"], []]
@@ -251,11 +252,11 @@ def test_a_passthrough_gpu_beside_a_vgpu_does_not_state_the_memory_of_both(rules
                                       "nvidia.com/GA102_HIGH_DEFINITION_AUDIO_CONTROLLER",
                                       "nvidia.com/TU102_USB_3_1_HOST_CONTROLLER", "nvidia.com/GH100_NVSWITCH"])
 def test_other_resources_are_not_device_named(resource: str, rules: Rules) -> None:
-    assert rules.device_resource(resource) is None
+    assert rules.accelerators.device_resource(resource) is None
     verdict = judged(pod({resource: "1", "nvidia.com/GA102GL_A10": "1"}, annotations={"ai-admission.io/gpu-memory": "8Gi"}),
                      rules)
     assert verdict.allowed and verdict.profile is not None
-    assert verdict.profile.gpus == {"nvidia.com/GA102GL_A10": 1, **({resource: 1} if rules.is_accelerator(resource) else {})}
+    assert verdict.profile.gpus == {"nvidia.com/GA102GL_A10": 1, **({resource: 1} if rules.accelerators.is_accelerator(resource) else {})}
 
 
 def test_a_device_pattern_must_say_where_the_model_is(rules: Rules) -> None:

@@ -21,9 +21,11 @@ import pytest
 from tests.support import backend_crds, owners
 from tests.support.builders import rules_with
 from tests.support.clusters import gke_cluster, with_nodes
+from tests.support.contexts import as_context, with_queues
 from tests.support.reviews import K8S_VERSION, apply_verdict, assert_valid_pod
 from webhook.core.admission import Verdict, judge_object, judge_pod, mutate_verdict, owner_verdict
-from webhook.core.backends.scheduling import RUNTIME_PATCH_MANAGER, parse_path, with_queues
+from webhook.core.backends.scheduling import RUNTIME_PATCH_MANAGER, parse_path
+from webhook.core.context import Context
 from webhook.core.rules import Rules, RulesError
 
 BACKENDS = ("kueue", "kai", "volcano", "coscheduling")
@@ -47,7 +49,7 @@ def group_kind(obj: dict[str, Any]) -> tuple[str, str]:
 
 def owner_mutated(obj: dict[str, Any], rules: Rules) -> tuple[dict[str, Any], Verdict | None]:
     group, kind = group_kind(obj)
-    verdict = owner_verdict(copy.deepcopy(obj), rules=rules, mode="deny", group=group, kind=kind,
+    verdict = owner_verdict(copy.deepcopy(obj), ctx=as_context(rules), mode="deny", group=group, kind=kind,
                             namespace=obj["metadata"]["namespace"])
     if verdict is None:
         return copy.deepcopy(obj), None
@@ -159,7 +161,7 @@ def mutated_pod_priority(owner: dict[str, Any], template: tuple[str | int, ...],
         pod["metadata"]["labels"]["training.kubeflow.org/job-name"] = owner["metadata"]["name"]
     if owner["metadata"].get("labels", {}).get("katib.kubeflow.org/trial"):
         pod["metadata"]["labels"]["katib.kubeflow.org/trial"] = owner["metadata"]["labels"]["katib.kubeflow.org/trial"]
-    verdict = mutate_verdict(pod, rules=rules, mode="deny")
+    verdict = mutate_verdict(pod, ctx=as_context(rules), mode="deny")
     return apply_verdict(pod, verdict)["spec"].get("priorityClassName")
 
 
@@ -177,7 +179,7 @@ def test_a_second_pass_changes_nothing(backend: str, workload: str) -> None:
 def test_the_default_backend_writes_nothing_on_owners(workload: str, rules: Rules) -> None:
     obj = WORKLOADS[workload][0]()
     group, kind = group_kind(obj)
-    assert owner_verdict(obj, rules=rules, mode="deny", group=group, kind=kind, namespace="ml-team") is None
+    assert owner_verdict(obj, ctx=as_context(rules), mode="deny", group=group, kind=kind, namespace="ml-team") is None
     assert not rules.scheduler.active and rules.scheduler.backend.name == "default"
 
 
@@ -213,8 +215,8 @@ def test_a_user_suspended_job_stays_suspended_and_a_running_one_is_suspended_onl
     job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "nightly"}
     obj, _ = owner_mutated(job, rules)
     assert obj["spec"]["suspend"] is True and obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "nightly"
-    no_queue = replace(rules, scheduler=replace(rules.scheduler, backend=replace(
-        rules.scheduler.backend, queues={"training": "training"})))
+    no_queue = replace(rules, rules=replace(rules.rules, scheduler=replace(rules.rules.scheduler, backend=replace(
+        rules.rules.scheduler.backend, queues={"training": "training"}))))
     obj, verdict = owner_mutated(owners.batch_job(), no_queue)
     assert obj["spec"]["suspend"] is False  # no queue for batch: Kueue would never unsuspend it
     assert verdict is not None
@@ -332,7 +334,7 @@ def test_a_katib_trial_is_hpo_even_in_a_job_that_looks_like_batch() -> None:
 # -- pods: plain pods take the backend's pod words; a mutated owner's pods get nothing twice -----------------------
 
 def mutated(pod: dict[str, Any], rules: Rules) -> tuple[dict[str, Any], Verdict]:
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     result = apply_verdict(pod, verdict)
     assert_valid_pod(result)
     return result, verdict
@@ -426,9 +428,9 @@ def kueue_queues(gpus: int = 64, **kwargs: Any) -> list[dict[str, Any]]:
     return [local_queue("training", "gpu-cq"), local_queue("batch", "gpu-cq"), cluster_queue("gpu-cq", gpus, **kwargs)]
 
 
-def judged(obj: dict[str, Any], rules: Rules) -> Verdict:
+def judged(obj: dict[str, Any], rules: Rules | Context) -> Verdict:
     group, kind = group_kind(obj)
-    result = judge_object(obj, rules=rules, mode="deny", group=group, kind=kind, namespace=obj["metadata"]["namespace"])
+    result = judge_object(obj, ctx=as_context(rules), mode="deny", group=group, kind=kind, namespace=obj["metadata"]["namespace"])
     assert result is not None
     return result[0]
 
@@ -541,7 +543,7 @@ def test_a_plain_pods_queue_is_checked_too() -> None:
     rules = with_queues(backend_rules("kueue"), kueue_queues(), source="the cluster")
     pod = owners.plain_pod()
     pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "inference"
-    verdict = judge_pod(pod, rules=rules, mode="deny", subject="pod ml-team/ddp-smoke-0")
+    verdict = judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod ml-team/ddp-smoke-0")
     assert codes(verdict) == ["queue-not-found"]
 
 
@@ -561,10 +563,10 @@ def test_queues_read_from_no_objects_check_nothing() -> None:
     """No queue object among what is known (the backend's CRDs not served, or the watch not listed yet): no check
     can say a queue is missing."""
     rules = with_queues(backend_rules("kueue"), [], source="the cluster")
-    assert rules.queues is None
+    assert rules.cluster.queues is None
     workload = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",  # of the group, not a queue kind
                 "metadata": {"name": "job-resnet-train-1a2b3", "namespace": "ml-team"}, "spec": {}}
-    assert with_queues(backend_rules("kueue"), [workload], source="check's files").queues is None
+    assert with_queues(backend_rules("kueue"), [workload], source="check's files").cluster.queues is None
     job = course_job()
     job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "anything"}
     assert judged(job, rules).allowed
@@ -620,7 +622,7 @@ def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any
     from webhook.cluster.queues import QueueWatch
     from webhook.server.services import Services
 
-    rules = backend_rules("kueue")
+    rules = backend_rules("kueue", nodes=False)
     with FakeKubeAPI() as api:
         for obj in kueue_queues(16):
             api.add("clusterqueues" if obj["kind"] == "ClusterQueue" else "localqueues", obj)
@@ -630,20 +632,20 @@ def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any
         watch.start()
         try:
             deadline = time.monotonic() + 15
-            while services.rules.queues is None and time.monotonic() < deadline:
+            while services.context.cluster.queues is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            queues = services.rules.queues
+            queues = services.context.cluster.queues
             assert queues is not None and queues.source == "the cluster"
             assert queues.names("ml-team") == ["batch", "training"]
             assert ("GET", "/apis/kueue.x-k8s.io/v1beta2/localqueues") in api.requests
             obj, _ = owner_mutated(course_job(), rules)
-            assert codes(judged(obj, services.rules)) == ["gang-exceeds-quota"]
+            assert codes(judged(obj, services.context)) == ["gang-exceeds-quota"]
             api.add("clusterqueues", cluster_queue("gpu-cq", 64))  # the quota raised: allowed from the next event on
-            while not judged(obj, services.rules).allowed and time.monotonic() < deadline:
+            while not judged(obj, services.context).allowed and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert judged(obj, services.rules).allowed
+            assert judged(obj, services.context).allowed
             services.set_rules(rules)  # a rules reload keeps the queues
-            assert services.rules.queues is not None
+            assert services.context.cluster.queues is not None
         finally:
             services.stop()
 

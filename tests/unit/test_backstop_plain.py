@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support.cel_engine import evaluate
+from tests.support.contexts import as_context
 from tests.support.fixtures import POD_CASES
 from webhook.core import names
 from webhook.core.admission import judge_pod
@@ -109,6 +110,6 @@ def test_no_fixture_pod_it_passes_is_one_the_webhook_refuses_for_what_the_backst
         if not plain(rules, case.pod):
             continue
         passed += 1
-        verdict = judge_pod(copy.deepcopy(case.pod), rules=rules, mode="deny", namespace="team", subject="pod")
+        verdict = judge_pod(copy.deepcopy(case.pod), ctx=as_context(rules), mode="deny", namespace="team", subject="pod")
         assert not {f.code for f in verdict.findings if f.severity == "deny"} & BACKSTOP_CODES, case.name
     assert passed >= 10, passed

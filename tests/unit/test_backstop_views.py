@@ -17,6 +17,7 @@ import yaml
 
 from tests.conftest import ROOT, RULES_FILE
 from tests.support.cel_engine import CelError, evaluate
+from tests.support.contexts import as_context
 from webhook.config.rules_file import load_rules
 from webhook.core import podview
 from webhook.core.workloads.kinds import KINDS, group_of, templates_of
@@ -39,7 +40,7 @@ def accelerators(spec: Any) -> frozenset[str]:
     for container in [*podview.as_list(spec.get("containers")), *podview.as_list(spec.get("initContainers"))]:
         resources = podview.as_dict(podview.as_dict(container).get("resources"))
         for part in ("limits", "requests"):
-            found.update(name for name in podview.as_dict(resources.get(part)) if RULES.is_accelerator(name))
+            found.update(name for name in podview.as_dict(resources.get(part)) if RULES.accelerators.is_accelerator(name))
     return frozenset(found)
 
 
@@ -67,7 +68,7 @@ def test_the_policy_finds_the_templates_the_webhook_finds(path: Any, index: int,
     found = views(obj)
     policy = sorted((v["p"].removesuffix(".workerSpec"), accelerators(v["s"])) for v in found if accelerators(v["s"]))
     group, kind = group_of(str(obj["apiVersion"])), str(obj["kind"])
-    templates = templates_of(copy.deepcopy(obj), rules=RULES, group=group, kind=kind) or []
+    templates = templates_of(copy.deepcopy(obj), ctx=as_context(RULES), group=group, kind=kind) or []
     webhook = sorted((t.path, accelerators(podview.spec(t.pod))) for t in templates if accelerators(podview.spec(t.pod)))
     assert policy == webhook
 
@@ -88,10 +89,10 @@ def test_the_builders_twins_are_evaluated() -> None:
     "nvidia.com/mlnxnics", "devices.kubevirt.io/kvm", "example.com/gpu", "nvidia.com/gpumem", "nvidia.com/mig-1g.10gb",
     "amd.com/gpu", "nvidia.com/hostdev", "gpu.intel.com/i915", "aliyun.com/gpu-mem"])
 def test_the_policy_names_accelerators_and_devices_as_the_webhook_does(name: str) -> None:
-    """`Rules.is_accelerator` and `Rules.device_resource` (a passthrough GPU or a vGPU type, and whether its name
+    """`Accelerators.is_accelerator` and `Accelerators.device_resource` (a passthrough GPU or a vGPU type, and whether its name
     gives the memory), in the policy's CEL with RE2's regular expressions."""
-    device = RULES.device_resource(name)
-    assert evaluate(is_accelerator(RULES, "n"), n=name) is RULES.is_accelerator(name)
-    assert evaluate(" || ".join(device_test("n", d) for d in RULES.device_resources), n=name) is (device is not None)
-    sized = [d for d in RULES.device_resources if d.sized]
+    device = RULES.accelerators.device_resource(name)
+    assert evaluate(is_accelerator(RULES, "n"), n=name) is RULES.accelerators.is_accelerator(name)
+    assert evaluate(" || ".join(device_test("n", d) for d in RULES.accelerators.device_resources), n=name) is (device is not None)
+    sized = [d for d in RULES.accelerators.device_resources if d.sized]
     assert evaluate(" || ".join(device_test("n", d) for d in sized), n=name) is bool(device and device[0].sized)

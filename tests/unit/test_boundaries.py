@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.builders import INFINIBAND, NCCL, SHM, gpu_pod, rules_with, shm_size
+from tests.support.contexts import as_context
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import Verdict, fitted, judge_pod, mutate_verdict
 from webhook.core.rules import Rules
@@ -26,7 +27,7 @@ MI = 2**20
 
 
 def judge(pod: dict[str, Any], rules: Rules) -> Verdict:
-    return judge_pod(pod, rules=rules, mode="deny", subject="pod")
+    return judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod")
 
 
 def denials(verdict: Verdict) -> list[str]:
@@ -131,7 +132,7 @@ def test_shm_fraction_is_rounded_down_to_whole_mebibytes() -> None:
 
 def test_shm_without_a_memory_limit_is_the_class_default_with_a_warning() -> None:
     rules = rules_with(SHM)
-    verdict = mutate_verdict(gpu_pod(gpus=2, memory="40Gi", limit=None), rules=rules, mode="deny")
+    verdict = mutate_verdict(gpu_pod(gpus=2, memory="40Gi", limit=None), ctx=as_context(rules), mode="deny")
     volumes = {op["path"]: op for op in verdict.patch}["/spec/volumes"]["value"]
     assert volumes[0]["emptyDir"]["sizeLimit"] == "3Gi"
     assert verdict.warnings == ("pod has no memory limit; /dev/shm got the class default 3Gi (memory-backed, it "
@@ -151,7 +152,7 @@ def test_shm_with_the_default_rules(rules: Rules) -> None:
 
 def nccl_env(pod: dict[str, Any], rules: Rules) -> dict[str, str]:
     added: dict[str, str] = {}
-    for op in mutate_verdict(pod, rules=rules, mode="deny").patch:
+    for op in mutate_verdict(pod, ctx=as_context(rules), mode="deny").patch:
         if op["path"].startswith("/spec/containers/0/env"):
             values = op["value"] if isinstance(op["value"], list) else [op["value"]]
             added.update({v["name"]: v["value"] for v in values})
@@ -378,7 +379,7 @@ def test_a_long_warning_drops_its_asides_then_its_last_clause() -> None:
 def test_warn_mode_says_what_to_add_within_the_limit(rules: Rules) -> None:
     pod = gpu_pod(model="")
     pod["spec"].pop("nodeSelector")
-    verdict = judge_pod(pod, rules=rules, mode="warn", subject="pod")
+    verdict = judge_pod(pod, ctx=as_context(rules), mode="warn", subject="pod")
     assert verdict.allowed and list(verdict.warnings) == [
         'ai-admission (warn mode) would deny: 1 nvidia.com/gpu says how many GPUs but not which model: add '
         'nodeSelector "gpu-type: a100-80g" or annotation "ai-admission.io/gpu-model: a100-80g"',
@@ -400,7 +401,7 @@ POOLED = {"classes": {"training": {"mutate": {"tolerations": [POOL_TOLERATION]}}
 def added_tolerations(rules: Rules, *present: dict[str, Any]) -> list[dict[str, Any]]:
     pod = gpu_pod(memory="40Gi")
     pod["spec"]["tolerations"] = list(present)
-    return apply_verdict(pod, mutate_verdict(pod, rules=rules, mode="deny"))["spec"]["tolerations"][len(present):]
+    return apply_verdict(pod, mutate_verdict(pod, ctx=as_context(rules), mode="deny"))["spec"]["tolerations"][len(present):]
 
 
 @pytest.mark.parametrize("present,added", [

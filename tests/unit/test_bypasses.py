@@ -21,6 +21,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.builders import CLI
+from tests.support.contexts import as_context
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import decide, judge_object, judge_pod, mutate_verdict
 from webhook.core.bypasses.paths import visible_devices_problem
@@ -56,9 +57,9 @@ def codes(verdict: Any) -> list[str]:
 
 
 def test_gpu_infrastructure_may_use_every_path_in_its_namespace_and_nowhere_else(rules: Rules) -> None:
-    exempt = judge_object(device_plugin_daemonset("gpu-operator"), rules=rules, mode="deny", namespace="gpu-operator")
+    exempt = judge_object(device_plugin_daemonset("gpu-operator"), ctx=as_context(rules), mode="deny", namespace="gpu-operator")
     assert exempt is not None and exempt[0].allowed and codes(exempt[0]) == []
-    elsewhere = judge_object(device_plugin_daemonset("ml-team"), rules=rules, mode="deny", namespace="ml-team")
+    elsewhere = judge_object(device_plugin_daemonset("ml-team"), ctx=as_context(rules), mode="deny", namespace="ml-team")
     assert elsewhere is not None and not elsewhere[0].allowed
     assert codes(elsewhere[0]) == ["gpu-visible-devices-env", "gpu-runtime-class", "gpu-cdi-annotation",
                                    "gpu-host-device", "gpu-host-device", "privileged-sees-gpus"]
@@ -69,9 +70,9 @@ def test_a_service_account_the_rules_name_is_exempt_in_its_namespace_only(rules:
     document = copy.deepcopy(dict(rules.raw))
     document["bypasses"]["exempt"]["serviceAccounts"] = [{"namespace": "monitoring", "name": "nvidia-device-plugin"}]
     with_account = compile_rules(document)
-    assert judge_object(device_plugin_daemonset("monitoring"), rules=with_account, mode="deny",
+    assert judge_object(device_plugin_daemonset("monitoring"), ctx=as_context(with_account), mode="deny",
                         namespace="monitoring")[0].allowed  # type: ignore[index]
-    assert not judge_object(device_plugin_daemonset("ml-team"), rules=with_account, mode="deny",
+    assert not judge_object(device_plugin_daemonset("ml-team"), ctx=as_context(with_account), mode="deny",
                             namespace="ml-team")[0].allowed  # type: ignore[index]
 
 
@@ -87,13 +88,13 @@ def gpu_job_template(**container: Any) -> dict[str, Any]:
 
 
 def test_a_controllers_template_is_judged_like_its_pods(rules: Rules) -> None:
-    fine = judge_object(gpu_job_template(), rules=rules, mode="deny", namespace="ml-team")
+    fine = judge_object(gpu_job_template(), ctx=as_context(rules), mode="deny", namespace="ml-team")
     assert fine is not None and fine[0].allowed
-    privileged = judge_object(gpu_job_template(securityContext={"privileged": True}), rules=rules, mode="deny",
+    privileged = judge_object(gpu_job_template(securityContext={"privileged": True}), ctx=as_context(rules), mode="deny",
                               namespace="ml-team")
     assert privileged is not None and not privileged[0].allowed
     assert [c for c in codes(privileged[0]) if c != "training-not-guaranteed"] == ["gpu-privileged"]
-    env = judge_object(gpu_job_template(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1,2,3"}]), rules=rules,
+    env = judge_object(gpu_job_template(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0,1,2,3"}]), ctx=as_context(rules),
                        mode="deny", namespace="ml-team")
     assert env is not None and not env[0].allowed
     assert ('container "pytorch" sets NVIDIA_VISIBLE_DEVICES=0,1,2,3' in (env[0].message or "")
@@ -104,7 +105,7 @@ def test_a_class_may_choose_another_action(rules: Rules) -> None:
     document = copy.deepcopy(dict(rules.raw))
     document["classes"]["training"]["bypasses"] = {"privilegedWithGpu": "warn"}
     lenient = compile_rules(document)
-    judged = judge_object(gpu_job_template(securityContext={"privileged": True}), rules=lenient, mode="deny",
+    judged = judge_object(gpu_job_template(securityContext={"privileged": True}), ctx=as_context(lenient), mode="deny",
                           namespace="ml-team")
     assert judged is not None and judged[0].allowed
     assert any("is privileged, so it sees every GPU of its node" in w for w in judged[0].warnings)
@@ -142,7 +143,7 @@ def sidecar_pod(**sidecar: Any) -> dict[str, Any]:
 
 
 def mutated(pod: dict[str, Any], rules: Rules, namespace: str = "serving") -> dict[str, Any]:
-    return apply_verdict(pod, mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny", namespace=namespace))
+    return apply_verdict(pod, mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny", namespace=namespace))
 
 
 def test_containers_that_ask_for_no_gpu_are_set_to_void(rules: Rules) -> None:
@@ -162,7 +163,7 @@ def test_containers_that_ask_for_no_gpu_are_set_to_void(rules: Rules) -> None:
 
 def test_in_warn_mode_a_bypass_is_a_warning(rules: Rules) -> None:
     pod = sidecar_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])
-    verdict = judge_pod(pod, rules=rules, mode="warn", subject="pod", namespace="serving")
+    verdict = judge_pod(pod, ctx=as_context(rules), mode="warn", subject="pod", namespace="serving")
     assert verdict.allowed
     assert any(w.startswith('ai-admission (warn mode) would deny: container "logs" sets NVIDIA_VISIBLE_DEVICES=all')
                for w in verdict.warnings)
@@ -182,13 +183,13 @@ def test_a_container_added_to_a_running_pod_is_voided_and_judged(rules: Rules) -
     debugger = {"name": "debugger", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04", "command": ["bash"],
                 "targetContainerName": "vllm"}
     review = ephemeral_review(sidecar_pod(), debugger)
-    patched = decide(review, rules=rules, endpoint="mutate")
+    patched = decide(review, ctx=as_context(rules), endpoint="mutate")
     assert patched is not None and list(patched.patch) == [
         {"op": "add", "path": "/spec/ephemeralContainers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES",
                                                                              "value": "void"}]}]
-    assert decide(review, rules=rules, endpoint="validate") is None  # nothing to say of it
+    assert decide(review, ctx=as_context(rules), endpoint="validate") is None  # nothing to say of it
     grabbing = ephemeral_review(sidecar_pod(), {**debugger, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]})
-    denied = decide(grabbing, rules=rules, endpoint="validate")
+    denied = decide(grabbing, ctx=as_context(rules), endpoint="validate")
     assert denied is not None and not denied.allowed and codes(denied) == ["gpu-visible-devices-env"]
     assert 'ephemeral container "debugger" sets NVIDIA_VISIBLE_DEVICES=all' in (denied.message or "")
 
@@ -205,11 +206,11 @@ def test_an_ephemeral_container_with_env_of_its_own_gets_the_variable_appended(r
         "uid": "5b0f2a51-3c1e-4a7b-9d2c-6e8f0a1b2c3d", "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "ephemeralcontainers",
         "namespace": "serving", "name": "vllm-0", "operation": "UPDATE", "object": after, "oldObject": pod}})
-    patched = decide(review, rules=rules, endpoint="mutate")
+    patched = decide(review, ctx=as_context(rules), endpoint="mutate")
     assert patched is not None and list(patched.patch) == [
         {"op": "add", "path": "/spec/ephemeralContainers/1/env/-", "value": {"name": "NVIDIA_VISIBLE_DEVICES",
                                                                              "value": "void"}}]
-    assert decide(ephemeral_review(sidecar_pod(), debugger), rules=rules, endpoint="mutate", path_mode=None) is not None
+    assert decide(ephemeral_review(sidecar_pod(), debugger), ctx=as_context(rules), endpoint="mutate", path_mode=None) is not None
 
 
 def test_check_reports_the_paths_of_files(tmp_path: Path) -> None:
@@ -234,7 +235,7 @@ def test_audit_and_policy_reports_name_the_path(rules: Rules) -> None:
                 "spec": {"containers": [{"name": "c", "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
                                          "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
                 "status": {"phase": "Running"}}
-    report = judge([grabbing, device_plugin_daemonset("gpu-operator")], rules=rules)
+    report = judge([grabbing, device_plugin_daemonset("gpu-operator")], context=as_context(rules))
     entries = report_results(report.results, "deny")
     assert [(e["resources"][0]["kind"], e["rule"], e["result"]) for e in entries] == [
         ("Pod", "gpu-visible-devices-env", "fail")]

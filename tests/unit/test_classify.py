@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.contexts import as_context
 from webhook.core.profile import build_profile
 from webhook.core.rules import Rules
 
@@ -51,25 +52,25 @@ def pod(*, labels: dict[str, str] | None = None, owner: tuple[str, str] | None =
     (pod(gpu=False, owner=("kubeflow.org/v1", "PyTorchJob")), "training"),
 ])
 def test_signals(rules: Rules, case: dict[str, Any], expected: str) -> None:
-    assert build_profile(case, rules).workload == expected
+    assert build_profile(case, as_context(rules)).workload == expected
 
 
 def test_annotation_wins_over_every_signal(rules: Rules) -> None:
     case = pod(owner=("kubeflow.org/v1", "PyTorchJob"), annotations={"ai-admission.io/workload-type": "Inference"})
-    classification = build_profile(case, rules).classification
+    classification = build_profile(case, as_context(rules)).classification
     assert classification.workload == "inference"
     assert classification.source == "annotation"
 
 
 def test_reason_names_the_evidence(rules: Rules) -> None:
     case = pod(owner=("batch/v1", "Job"), labels={"katib.kubeflow.org/trial": "t-1"})
-    assert build_profile(case, rules).classification.reason == "label katib.kubeflow.org/trial=t-1"
-    default = build_profile(pod(), rules).classification
+    assert build_profile(case, as_context(rules)).classification.reason == "label katib.kubeflow.org/trial=t-1"
+    default = build_profile(pod(), as_context(rules)).classification
     assert default.source == "default" and "default class batch" in default.reason
 
 
 def test_invalid_annotation_falls_back_to_signals(rules: Rules) -> None:
     case = pod(owner=("kubeflow.org/v1", "PyTorchJob"), annotations={"ai-admission.io/workload-type": "gaming"})
-    profile = build_profile(case, rules)
+    profile = build_profile(case, as_context(rules))
     assert profile.workload == "training"
     assert [p.code for p in profile.problems] == ["invalid-annotation"]

@@ -7,17 +7,19 @@ from __future__ import annotations
 import re
 
 from tests.support.clusters import eks_cluster, gb200_cluster, gke_cluster, with_nodes
+from tests.support.contexts import as_context
 from webhook.core import placement
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import facts_data, toleration_text
+from webhook.core.view.targets import ALL_MODELS
 
 
 def test_no_node_watch_no_facts(rules: Rules) -> None:
-    assert facts_data(rules) == {}
+    assert facts_data(as_context(rules)) == {}
 
 
 def test_gke_blocks_and_zones(rules: Rules) -> None:
-    data = facts_data(with_nodes(gke_cluster(), rules))
+    data = facts_data(as_context(with_nodes(gke_cluster(), rules)))
     assert data["synced"] == "true"
     # narrowest first, each with the GPUs of its largest domain: a host holds 8, a sub-block 16, a block 32
     blocks = ("cloud.google.com/gce-topology-host=8,cloud.google.com/gce-topology-subblock=16,"
@@ -32,7 +34,7 @@ def test_gke_blocks_and_zones(rules: Rules) -> None:
 
 def test_the_model_index_answers_as_find_model_does(rules: Rules) -> None:
     in_force = with_nodes(gke_cluster(), rules)
-    data = facts_data(in_force)
+    data = facts_data(as_context(in_force))
     names = {key[len("model."):]: name for key, name in data.items() if key.startswith("model.")}
     assert names["nvidia-h100-mega-80gb"] == "h100-80g"  # the label value GKE's nodes carry
     assert names["h100-80gb-hbm3"] == names["nvidia-h100-80gb-hbm3"] == "h100-80g"  # with or without nvidia-
@@ -51,15 +53,15 @@ def test_each_target_of_placement_is_written(rules: Rules) -> None:
     for cluster in (gke_cluster, eks_cluster, gb200_cluster):
         in_force = with_nodes(cluster(), rules)
         assert in_force.nodes is not None
-        data = facts_data(in_force)
+        data = facts_data(as_context(in_force))
         for model, target in in_force.nodes.placement.items():
-            suffix = f".{model}" if model != placement.ALL_MODELS else ""
+            suffix = f".{model}" if model != ALL_MODELS else ""
             levels = [f"{level.key}={level.largest}" for level in placement.pack_candidates(target)]
             assert data[f"pack{suffix}"].split(",") == (levels or [""])
             assert data[f"tolerate{suffix}"] == ",".join(toleration_text(t)
-                                                        for t in placement.target_tolerations(target, in_force))
+                                                        for t in placement.target_tolerations(target, in_force.accelerators, in_force.rules))
     # the NVLink domain first: a GB200 job of one rack stays in its clique
-    assert facts_data(with_nodes(gb200_cluster(), rules))["pack"].startswith("nvidia.com/gpu.clique=72,")
+    assert facts_data(as_context(with_nodes(gb200_cluster(), rules)))["pack"].startswith("nvidia.com/gpu.clique=72,")
 
 
 def test_each_model_a_node_has_has_its_card(rules: Rules) -> None:
@@ -67,7 +69,7 @@ def test_each_model_a_node_has_has_its_card(rules: Rules) -> None:
     GPUs per node, vendor, interconnect; a model no node has has none (the webhook warns of it)."""
     in_force = with_nodes(gke_cluster(), rules)
     assert in_force.nodes is not None
-    data = facts_data(in_force)
+    data = facts_data(as_context(in_force))
     cards = {key.removeprefix("card."): value.split("|") for key, value in data.items() if key.startswith("card.")}
     assert set(cards) == set(in_force.nodes.present) == {"h100-80g", "l4-24g"}
     memory, per_node, vendor, interconnect, resources, smaller = cards["h100-80g"]
@@ -85,4 +87,4 @@ def test_the_parameter_holds_few_keys(rules: Rules) -> None:
     model index holds only the names of the models a node has, so the keys grow with the nodes' models, not with the
     catalog's hundreds of names."""
     in_force = with_nodes(gke_cluster(), rules)
-    assert len(facts_data(in_force)) < 60 < len(in_force.model_index)
+    assert len(facts_data(as_context(in_force))) < 60 < len(in_force.nodes.index)

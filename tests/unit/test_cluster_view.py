@@ -1,21 +1,26 @@
-"""The cluster's view is one value beside the rules, and `in_force` the one place the two meet: the server's
-watches, ``check``'s files and ``check --cluster``'s read of a cluster all go through it, so the three cannot
-merge in different orders again. A request reads the view's PriorityClasses and claims directly."""
+"""The rules are the file, and the cluster is one view beside them: the server's watches, ``check``'s files and
+``check --cluster``'s read of a cluster each make the view's parts (`webhook.core.view.observe`), and a request is
+judged in the two side by side (`webhook.core.context.Context`), which looks in the view first and falls back on
+the rules. Nothing of the cluster is merged into the rules."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from tests.support.clusters import discovered, gke_cluster
+from tests.support.contexts import as_context
 from tests.support.nodes import gfd_node
 from tests.support.reviews import admission_review, apply_verdict
 from webhook.core.admission import decide
+from webhook.core.context import Context
 from webhook.core.documents import Document, check
-from webhook.core.dra.claims import ClaimIndex
 from webhook.core.review import parse_review
 from webhook.core.rules import Rules
-from webhook.core.view.cluster_view import CLUSTER, INPUT, NOTHING_KNOWN, ClusterView, Objects, in_force
+from webhook.core.view.claims import ClaimIndex
+from webhook.core.view.cluster_view import CLUSTER, INPUT, NOTHING_KNOWN, Objects
+from webhook.core.view.observe import observe
 from webhook.core.view.priority_state import PriorityClassState
 from webhook.server.services import Services
 
@@ -25,30 +30,40 @@ from .test_services import DEVICE_CLASS, claim_watch, node_watch
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
-def test_nothing_known_leaves_the_files_rules_as_they_are(rules: Rules) -> None:
-    assert in_force(rules, NOTHING_KNOWN) is rules
-    assert rules.nodes is None and rules.queues is None
+def test_the_rules_hold_only_what_the_file_says(rules: Rules) -> None:
+    """No field of the rules is the cluster's; offline, the context answers from the rules alone."""
+    assert not {f.name for f in dataclasses.fields(rules)} & {"nodes", "queues"}
+    offline = Context(rules)
+    assert offline.cluster is NOTHING_KNOWN and offline.catalog is rules.catalog
+    assert offline.accelerators is rules.accelerators and offline.nodes is None
+    assert offline.find_model("NVIDIA-H100-80GB-HBM3") is rules.find_model("h100-80g")
 
 
-def test_in_force_adds_the_nodes_the_device_classes_and_the_queues() -> None:
+def test_the_view_holds_the_nodes_the_device_classes_and_the_queues() -> None:
     rules = backend_rules("kueue", nodes=False)
-    view = ClusterView(nodes=discovered(gke_cluster(), rules), device_classes=(Objects((DEVICE_CLASS,), CLUSTER),),
-                       queues=Objects(tuple(kueue_queues()), CLUSTER))
-    merged = in_force(rules, view)
-    assert merged.nodes is not None and set(merged.nodes.present) == {"h100-80g", "l4-24g"}
-    assert "example.com/gpu" in merged.dra.extended_resources and "example.com/gpu" not in rules.dra.extended_resources
-    assert merged.queues is not None and merged.queues.names("ml-team") == ["batch", "training"]
-    assert rules.nodes is None and rules.queues is None  # the file's rules are left alone
+    view = observe(rules, nodes=discovered(gke_cluster(), rules), device_classes=(Objects((DEVICE_CLASS,), CLUSTER),),
+                   queues=Objects(tuple(kueue_queues()), CLUSTER))
+    context = Context(rules, view)
+    assert context.nodes is not None and set(context.nodes.present) == {"h100-80g", "l4-24g"}
+    assert "example.com/gpu" in context.accelerators.extended and "example.com/gpu" not in rules.dra.extended_resources
+    assert context.accelerators.is_accelerator("example.com/gpu")
+    assert "example.com/gpu" not in rules.accelerators.extended  # the file's rules are left alone
+    assert view.queues is not None and view.queues.names("ml-team") == ["batch", "training"]
+    # the catalog in force: the nodes' word on the models they have (their label values name them too), the
+    # rules' on the rest
+    merged = context.catalog["h100-80g"]
+    assert merged is not rules.catalog["h100-80g"] and context.find_model("NVIDIA-H100-80GB-HBM3") is merged
+    assert context.catalog["a100-80g"] is rules.catalog["a100-80g"]
 
 
 def test_later_device_classes_win_by_name() -> None:
     rules = backend_rules("default", nodes=False)
     renamed = copy.deepcopy(DEVICE_CLASS)
     renamed["spec"]["extendedResourceName"] = "example.com/accelerator"
-    merged = in_force(rules, ClusterView(device_classes=(Objects((DEVICE_CLASS,), CLUSTER),
-                                                         Objects((renamed,), INPUT))))
-    assert merged.dra.device_classes["gpu.example.com"].source == INPUT
-    assert "example.com/accelerator" in merged.dra.extended_resources
+    context = Context(rules, observe(rules, device_classes=(Objects((DEVICE_CLASS,), CLUSTER),
+                                                            Objects((renamed,), INPUT))))
+    assert context.device_classes["gpu.example.com"].source == INPUT
+    assert "example.com/accelerator" in context.accelerators.extended
 
 
 def job_named_queue(queue: str) -> dict[str, Any]:
@@ -67,21 +82,25 @@ def pytorchjob_reasons(report: Any) -> list[str]:
 def test_check_takes_the_clusters_queues_over_its_inputs() -> None:
     """With the cluster read (``check --cluster``), its queues are the ones that exist; the files' are a stand-in
     only where the cluster's are not known."""
-    rules = backend_rules("kueue")
+    rules = backend_rules("kueue", nodes=False)
     documents = [Document("job.yaml", i, o) for i, o in enumerate([*kueue_queues(), job_named_queue("nightly")])]
-    assert pytorchjob_reasons(check(documents, rules=rules)) == ["queue-not-found"]
-    cluster = ClusterView(queues=Objects((*kueue_queues(), local_queue("nightly", "gpu-cq")), CLUSTER))
-    assert pytorchjob_reasons(check(documents, rules=rules, cluster=cluster)) == []
+    assert pytorchjob_reasons(check(documents, context=as_context(rules))) == ["queue-not-found"]
+    cluster = observe(rules, queues=Objects((*kueue_queues(), local_queue("nightly", "gpu-cq")), CLUSTER))
+    assert pytorchjob_reasons(check(documents, context=Context(rules, cluster))) == []
 
 
 def test_the_servers_view_is_what_its_watches_know_and_a_reload_keeps_it(rules: Rules) -> None:
     services = Services(rules, node_watch=node_watch(rules, gfd_node("gpu-1", H100)), claim_watch=claim_watch(DEVICE_CLASS))
-    view = services.view
-    assert view.nodes.known and [c.source for c in view.device_classes] == [CLUSTER]
-    assert view.claims is services.claim_index and view.priority_classes is services.priority_classes
-    assert services.rules == in_force(rules, view)
+    context = services.context
+    assert context.rules is rules and context.nodes is not None and set(context.nodes.present) == {"h100-80g"}
+    assert context.device_classes["gpu.example.com"].source == CLUSTER
+    assert context.cluster.claims is services.claim_index
+    assert context.cluster.priority_classes is services.priority_classes
+    nodes = context.nodes
+    assert services.context.nodes is nodes  # worked out once per change of the watch, not per request
     services.set_rules(rules)
-    assert services.rules.nodes is not None and "example.com/gpu" in services.rules.dra.extended_resources
+    again = services.context
+    assert again.nodes is not None and again.nodes is not nodes and "example.com/gpu" in again.accelerators.extended
 
 
 def test_a_request_reads_the_views_priority_classes_and_claims(rules: Rules) -> None:
@@ -92,10 +111,10 @@ def test_a_request_reads_the_views_priority_classes_and_claims(rules: Rules) -> 
                                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
                     "nodeSelector": {"nvidia.com/gpu.product": H100}}}
     request = parse_review(admission_review(pod, namespace="ml-team"))
-    known = decide(request, rules=rules, endpoint="mutate")
+    known = decide(request, ctx=as_context(rules), endpoint="mutate")
     assert known is not None and apply_verdict(pod, known)["spec"]["priorityClassName"] == "ai-training"
-    lacking = ClusterView(priority_classes=PriorityClassState(missing_priority_classes=frozenset({"ai-training"}),
-                                                              checked=True), claims=ClaimIndex())
-    missing = decide(request, rules=rules, endpoint="mutate", view=lacking)
+    lacking = as_context(rules, priority_classes=PriorityClassState(missing_priority_classes=frozenset({"ai-training"}),
+                                                                   checked=True), claims=ClaimIndex())
+    missing = decide(request, ctx=lacking, endpoint="mutate")
     assert missing is not None and "priorityClassName" not in apply_verdict(pod, missing)["spec"]
     assert any('"ai-training"' in w for w in missing.warnings), missing.warnings

@@ -8,13 +8,13 @@ from typing import Any
 import yaml
 
 from tests.conftest import RULES_FILE
+from tests.support.contexts import as_context
 from tests.support.e2e_install import BARE_POD, PROFILED_POD
 from tests.support.reviews import admission_review
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import MUTATE, VALIDATE, decide, respond, route_of
 from webhook.core.review import parse_review
 from webhook.core.rules import compile_rules
-from webhook.core.view.cluster_view import ClusterView
 from webhook.core.view.priority_state import PriorityClassState
 from webhook.server.decision_cache import DecisionCache
 
@@ -32,13 +32,12 @@ def request(pod: dict[str, Any], *, name: str = "", namespace: str = "ml-team", 
 def cached(cache: DecisionCache, req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, state: Any = UNCHECKED_STATE,
            path_mode: str | None = None) -> Any:
     route = route_of(req, rules=rules, endpoint=endpoint, path_mode=path_mode)
-    return cache.decide(req, route, rules=rules, endpoint=endpoint, view=ClusterView(priority_classes=state),
-                        decide=decide)
+    return cache.decide(req, route, ctx=as_context(rules, priority_classes=state), endpoint=endpoint, decide=decide)
 
 
 def fresh(req: Any, *, endpoint: str = MUTATE, rules: Any = RULES, state: Any = UNCHECKED_STATE,
           path_mode: str | None = None) -> Any:
-    return decide(req, rules=rules, endpoint=endpoint, path_mode=path_mode, view=ClusterView(priority_classes=state))
+    return decide(req, ctx=as_context(rules, priority_classes=state), endpoint=endpoint, path_mode=path_mode)
 
 
 def test_pods_differing_only_in_name_share_a_decision_and_keep_their_uid() -> None:

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.contexts import as_context, with_device_classes
 from webhook.core.admission import judge_pod
-from webhook.core.dra.classes import classes_of, read_device_class, with_device_classes
+from webhook.core.dra.classes import classes_of, read_device_class
 from webhook.core.rules import Rules
 
 
@@ -50,17 +51,17 @@ def test_a_class_that_pins_a_product_names_the_model_of_its_extended_resource(ru
     read = read_device_class(H100_CLASS, rules, source="the cluster")
     assert read is not None and read.model == "h100-80g" and read.product == "NVIDIA H100 80GB HBM3"
     merged = with_device_classes(rules, [read])
-    assert merged.is_accelerator("example.com/h100") and merged.is_accelerator(
+    assert merged.accelerators.is_accelerator("example.com/h100") and merged.accelerators.is_accelerator(
         "deviceclass.resource.kubernetes.io/h100.example.com")
-    verdict = judge_pod(pod({"example.com/h100": "2"}, {"ai-admission.io/gpu-memory": "40Gi"}), rules=merged,
+    verdict = judge_pod(pod({"example.com/h100": "2"}, {"ai-admission.io/gpu-memory": "40Gi"}), ctx=as_context(merged),
                         mode="deny", subject="pod")
     assert verdict.allowed and verdict.profile is not None and verdict.profile.model is not None
     assert verdict.profile.model.name == "h100-80g"
     assert verdict.profile.model_source == 'device class "h100.example.com" (which serves example.com/h100)'
-    too_big = judge_pod(pod({"example.com/h100": "1"}, {"ai-admission.io/gpu-memory": "90Gi"}), rules=merged,
+    too_big = judge_pod(pod({"example.com/h100": "1"}, {"ai-admission.io/gpu-memory": "90Gi"}), ctx=as_context(merged),
                         mode="deny", subject="pod")
     assert [f.code for f in too_big.findings if f.severity == "deny"] == ["gpu-memory-exceeds"]
-    assert not rules.is_accelerator("example.com/h100")  # without the class, the name is nothing
+    assert not rules.accelerators.is_accelerator("example.com/h100")  # without the class, the name is nothing
 
 
 def test_a_mig_class_serving_nvidia_gpu_states_the_memory_of_each_device(rules: Rules) -> None:
@@ -68,7 +69,7 @@ def test_a_mig_class_serving_nvidia_gpu_states_the_memory_of_each_device(rules: 
     is not pinned, so the model rule applies as to any GPU."""
     merged = with_device_classes(rules, classes_of([MIG_CLASS], rules, source="the input"))
     for name in ("nvidia.com/gpu", "deviceclass.resource.kubernetes.io/mig-1g-12gb.gpu.nvidia.com"):
-        verdict = judge_pod(pod({name: "1"}), rules=merged, mode="deny", subject="pod")
+        verdict = judge_pod(pod({name: "1"}), ctx=as_context(merged), mode="deny", subject="pod")
         assert [f.code for f in verdict.findings if f.severity == "deny"] == ["gpu-model-missing"]
         assert verdict.profile is not None and verdict.profile.memory_per_gpu == 12 * 10**9
         assert verdict.profile.memory_source == (f'device class "mig-1g-12gb.gpu.nvidia.com" (which serves {name}; '
@@ -85,7 +86,7 @@ def test_a_mig_slice_through_the_implicit_name_of_a_class_that_pins_no_profile_i
     for merged in (rules, with_device_classes(rules, classes_of([device_class(
             "mig.nvidia.com", "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'")],
             rules, source="the cluster"))):
-        verdict = judge_pod(copy.deepcopy(MIG_POD), rules=merged, mode="deny", subject="pod")
+        verdict = judge_pod(copy.deepcopy(MIG_POD), ctx=as_context(merged), mode="deny", subject="pod")
         assert verdict.profile is not None and verdict.profile.workload != "none"
         assert [f.code for f in verdict.findings if f.severity == "deny"] == ["mig-profile-unknown"]
         assert ('deviceclass.resource.kubernetes.io/mig.nvidia.com asks for MIG slices of device class '
@@ -95,17 +96,17 @@ def test_a_mig_slice_through_the_implicit_name_of_a_class_that_pins_no_profile_i
 
 def test_of_two_classes_serving_one_name_the_newer_wins_as_in_the_scheduler(rules: Rules) -> None:
     both = with_device_classes(rules, classes_of([CHART_CLASS, MIG_CLASS], rules, source="the cluster"))
-    assert both.dra.serving["nvidia.com/gpu"].name == "mig-1g-12gb.gpu.nvidia.com"  # created a month later
+    assert both.serving["nvidia.com/gpu"].name == "mig-1g-12gb.gpu.nvidia.com"  # created a month later
     older = copy.deepcopy(MIG_CLASS)
     older["metadata"]["creationTimestamp"] = "2026-09-01T00:00:00Z"
     chart = with_device_classes(rules, classes_of([CHART_CLASS, older], rules, source="the cluster"))
-    assert chart.dra.serving["nvidia.com/gpu"].name == "gpu.nvidia.com"
+    assert chart.serving["nvidia.com/gpu"].name == "gpu.nvidia.com"
     tie = copy.deepcopy(MIG_CLASS)
     tie["metadata"]["creationTimestamp"] = CHART_CLASS["metadata"]["creationTimestamp"]
     tied = with_device_classes(rules, classes_of([tie, CHART_CLASS], rules, source="the cluster"))
-    assert tied.dra.serving["nvidia.com/gpu"].name == "gpu.nvidia.com"  # the name that sorts first
+    assert tied.serving["nvidia.com/gpu"].name == "gpu.nvidia.com"  # the name that sorts first
     # the chart's own class pins nothing: a plain nvidia.com/gpu pod is judged as without it
-    plain = judge_pod(pod({"nvidia.com/gpu": "1"}), rules=chart, mode="deny", subject="pod")
+    plain = judge_pod(pod({"nvidia.com/gpu": "1"}), ctx=as_context(chart), mode="deny", subject="pod")
     assert [f.code for f in plain.findings if f.severity == "deny"] == ["gpu-model-missing", "gpu-memory-missing"]
 
 
@@ -155,14 +156,14 @@ def test_the_servers_watch_merges_the_clusters_classes_into_the_rules(rules: Rul
         watch.start()
         try:
             deadline = time.monotonic() + 15
-            while "nvidia.com/gpu" not in services.rules.dra.serving and time.monotonic() < deadline:
+            while "nvidia.com/gpu" not in services.context.serving and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert services.rules.dra.serving["nvidia.com/gpu"].source == "the cluster"
+            assert services.context.serving["nvidia.com/gpu"].source == "the cluster"
             api.add("deviceclasses", copy.deepcopy(H100_CLASS))
-            while not services.rules.is_accelerator("example.com/h100") and time.monotonic() < deadline:
+            while not services.context.accelerators.is_accelerator("example.com/h100") and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert services.rules.is_accelerator("example.com/h100")
+            assert services.context.accelerators.is_accelerator("example.com/h100")
             services.set_rules(rules)  # a rules reload keeps the cluster's classes
-            assert services.rules.is_accelerator("example.com/h100")
+            assert services.context.accelerators.is_accelerator("example.com/h100")
         finally:
             services.stop()

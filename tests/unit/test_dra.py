@@ -21,17 +21,18 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from tests.support.builders import CLI, DEFAULT
+from tests.support.contexts import as_context
 from tests.support.dra import A100, MEM_40, PRODUCT_FIX, request, template
 from tests.support.reviews import admission_review, apply_verdict, assert_valid_pod
 from webhook.cluster.claims import PATHS, ClaimWatch
 from webhook.cluster.informer import Api
 from webhook.core.admission import decide, judge_claim, judge_object, judge_pod, mutate_verdict
-from webhook.core.dra.claims import CLAIM, ClaimIndex, claim_findings
-from webhook.core.dra.claims import CLAIM_TEMPLATE as TEMPLATE
+from webhook.core.dra.claims import claim_findings
 from webhook.core.profile import build_profile
 from webhook.core.review import parse_review
 from webhook.core.rules import Rules, RulesError, compile_rules
-from webhook.core.view.cluster_view import ClusterView
+from webhook.core.view.claims import CLAIM, ClaimIndex
+from webhook.core.view.claims import CLAIM_TEMPLATE as TEMPLATE
 
 H100 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
 
@@ -56,7 +57,7 @@ def claim(*requests: dict[str, Any], name: str = "shared", annotations: dict[str
 
 
 def findings(obj: dict[str, Any], rules: Rules) -> list[tuple[str, str]]:
-    return [(f.code, f.message) for f in claim_findings(obj, obj["kind"], rules)]
+    return [(f.code, f.message) for f in claim_findings(obj, obj["kind"], as_context(rules))]
 
 
 def with_dra(change: Any) -> Rules:
@@ -234,21 +235,21 @@ def test_the_flat_v1beta1_form_is_read(rules: Rules) -> None:
 def test_claims_kubernetes_makes_and_unchanged_updates_are_not_judged(rules: Rules) -> None:
     bare = claim(request())
     generated = claim(request(), annotations={"resource.kubernetes.io/pod-claim-name": "gpu"})
-    assert judge_claim(generated, rules=rules, mode="deny", kind=CLAIM) is None
+    assert judge_claim(generated, ctx=as_context(rules), mode="deny", kind=CLAIM) is None
     finalized = copy.deepcopy(bare)
     finalized["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
-    assert judge_claim(finalized, rules=rules, mode="deny", kind=CLAIM, old=bare) is None
+    assert judge_claim(finalized, ctx=as_context(rules), mode="deny", kind=CLAIM, old=bare) is None
     annotated = claim(request(), annotations={"ai-admission.io/gpu-memory": "40Gi"})
-    verdict = judge_claim(annotated, rules=rules, mode="deny", kind=CLAIM, old=bare)
+    verdict = judge_claim(annotated, ctx=as_context(rules), mode="deny", kind=CLAIM, old=bare)
     assert verdict is not None and not verdict.allowed and verdict.reason_codes == ["gpu-model-missing"]
 
 
 def test_the_verdict_follows_the_mode(rules: Rules, known: str) -> None:
-    denied = judge_claim(template(request(MEM_40)), rules=rules, mode="deny", kind=TEMPLATE, namespace="ml-team")
+    denied = judge_claim(template(request(MEM_40)), ctx=as_context(rules), mode="deny", kind=TEMPLATE, namespace="ml-team")
     assert denied is not None and denied.message == (
         'ResourceClaimTemplate "ml-team/gpus" was denied by ai-admission:\n'
         f'- request "gpu" (1 x gpu.nvidia.com) does not pin the GPU model: {PRODUCT_FIX.format(known=known)}')
-    warned = judge_claim(template(request(MEM_40)), rules=rules, mode="warn", kind=TEMPLATE)
+    warned = judge_claim(template(request(MEM_40)), ctx=as_context(rules), mode="warn", kind=TEMPLATE)
     assert warned is not None and warned.allowed and warned.warnings[0].startswith(
         'ai-admission (warn mode) would deny: request "gpu" (1 x gpu.nvidia.com) does not pin the GPU model')
 
@@ -267,10 +268,10 @@ def test_dra_rules_errors_name_the_path() -> None:
 def test_device_class_extended_resources_are_accelerators(rules: Rules) -> None:
     """KEP-5004: any DeviceClass can be asked for as deviceclass.resource.kubernetes.io/<class> in limits; every GPU
     class's name is a GPU request, MIG slices included (it was left out, and such a pod was class none)."""
-    assert rules.is_accelerator("deviceclass.resource.kubernetes.io/gpu.nvidia.com")
-    assert rules.is_accelerator("deviceclass.resource.kubernetes.io/gpu.amd.com")
-    assert rules.is_accelerator("deviceclass.resource.kubernetes.io/mig.nvidia.com")
-    assert not rules.is_accelerator("deviceclass.resource.kubernetes.io/compute-domain-default-channel.nvidia.com")
+    assert rules.accelerators.is_accelerator("deviceclass.resource.kubernetes.io/gpu.nvidia.com")
+    assert rules.accelerators.is_accelerator("deviceclass.resource.kubernetes.io/gpu.amd.com")
+    assert rules.accelerators.is_accelerator("deviceclass.resource.kubernetes.io/mig.nvidia.com")
+    assert not rules.accelerators.is_accelerator("deviceclass.resource.kubernetes.io/compute-domain-default-channel.nvidia.com")
 
 
 claim_json = st.recursive(
@@ -290,12 +291,12 @@ claim_json = st.recursive(
 def test_damaged_claims_never_raise(rules: Rules, spec: Any, notes: dict[str, str]) -> None:
     for kind in (TEMPLATE, CLAIM):
         obj = {"kind": kind, "metadata": {"name": "x", "annotations": notes}, "spec": spec}
-        assert all(f.code for f in claim_findings(obj, kind, rules))
+        assert all(f.code for f in claim_findings(obj, kind, as_context(rules)))
         pod = {"metadata": {"name": "p", "namespace": "ml-team"}, "spec": {
             "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
             "resourceClaims": [{"name": "gpu",
                                 "resourceClaimTemplateName" if kind == TEMPLATE else "resourceClaimName": "x"}]}}
-        judge_pod(pod, rules=rules, mode="deny", subject="pod",
+        judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod",
                   claims=lambda k, n: obj if k == kind else None)  # noqa: B023 - called before the next iteration
 
 
@@ -344,7 +345,7 @@ CLAIMS = index(A100X2, A100X8, H100X1, ANY_GPU, claim(request(A100, MEM_40, coun
 
 
 def test_a_pod_gets_count_model_and_memory_from_its_claim(rules: Rules) -> None:
-    profile = build_profile(gpu_pod(("gpu", "a100x2"), init=True), rules, CLAIMS.source("ml-team"))
+    profile = build_profile(gpu_pod(("gpu", "a100x2"), init=True), as_context(rules), CLAIMS.source("ml-team"))
     assert profile.gpus == {"gpu.nvidia.com (claim gpu)": 2}
     assert profile.model is not None and profile.model.name == "a100-80g"
     assert profile.memory_per_gpu == 40 * 2**30 and profile.memory_total == 80 * 2**30
@@ -353,15 +354,15 @@ def test_a_pod_gets_count_model_and_memory_from_its_claim(rules: Rules) -> None:
     assert profile.accelerator_containers == (("initContainers", 0), ("containers", 1))  # not the sidecar
     assert profile.pinned_where == ('claim "gpu" (ResourceClaimTemplate "a100x2" request "gpu", selector '
                                     f'{A100})')
-    shared = build_profile(gpu_pod(("gpu", "claim:shared")), rules, CLAIMS.source("ml-team"))
+    shared = build_profile(gpu_pod(("gpu", "claim:shared")), as_context(rules), CLAIMS.source("ml-team"))
     assert shared.gpus == {"gpu.nvidia.com (claim gpu)": 4}
 
 
 def test_a_pod_whose_claim_is_not_known_is_judged_as_today(rules: Rules) -> None:
     pod = gpu_pod(("gpu", "made-later"), labels={"app": "x"})
-    verdict = judge_pod(pod, rules=rules, mode="deny", subject="pod", claims=CLAIMS.source("ml-team"))
+    verdict = judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod", claims=CLAIMS.source("ml-team"))
     assert verdict.allowed and verdict.profile is not None and verdict.profile.workload == "none"
-    other_namespace = judge_pod(gpu_pod(("gpu", "a100x2"), labels={"app": "x"}), rules=rules, mode="deny",
+    other_namespace = judge_pod(gpu_pod(("gpu", "a100x2"), labels={"app": "x"}), ctx=as_context(rules), mode="deny",
                                 subject="pod", claims=CLAIMS.source("elsewhere"))
     assert other_namespace.profile is not None and other_namespace.profile.gpus == {}
 
@@ -369,7 +370,7 @@ def test_a_pod_whose_claim_is_not_known_is_judged_as_today(rules: Rules) -> None
 def test_a_dra_pod_is_mutated_like_a_device_plugin_pod(rules: Rules) -> None:
     pod = gpu_pod(("gpu", "a100x8"))
     pod["spec"]["containers"][1]["env"] = [{"name": "WORLD_SIZE", "value": "16"}]
-    mutated = mutate_verdict(pod, rules=rules, mode="deny", claims=CLAIMS.source("ml-team"))
+    mutated = mutate_verdict(pod, ctx=as_context(rules), mode="deny", claims=CLAIMS.source("ml-team"))
     result = apply_verdict(pod, mutated)
     spec = result["spec"]
     assert spec["priorityClassName"] == "ai-training"
@@ -381,17 +382,17 @@ def test_a_dra_pod_is_mutated_like_a_device_plugin_pod(rules: Rules) -> None:
     assert spec["tolerations"][0] == {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     assert "nodeSelector" not in spec  # the claim pins the model: no node label is assumed
     assert_valid_pod(result)
-    assert mutate_verdict(result, rules=rules, mode="deny", claims=CLAIMS.source("ml-team")).patch == ()
+    assert mutate_verdict(result, ctx=as_context(rules), mode="deny", claims=CLAIMS.source("ml-team")).patch == ()
     infiniband = copy.deepcopy(DEFAULT)
     infiniband["fabrics"]["byModel"] = {"a100-80g": "infiniband"}  # the claim's model decides the fabric
     infiniband["fabrics"]["env"]["infiniband"] = {"NCCL_IB_DISABLE": "0", "NCCL_SOCKET_IFNAME": "ib0"}  # as its pods see it
-    with_ib = mutate_verdict(pod, rules=compile_rules(infiniband), mode="deny", claims=CLAIMS.source("ml-team"))
+    with_ib = mutate_verdict(pod, ctx=as_context(compile_rules(infiniband)), mode="deny", claims=CLAIMS.source("ml-team"))
     env = apply_verdict(pod, with_ib)["spec"]["containers"][1]["env"]
     assert {"name": "NCCL_SOCKET_IFNAME", "value": "ib0"} in env and {"name": "NCCL_IB_DISABLE", "value": "0"} in env
 
 
 def test_pod_denials_name_the_claim_to_fix(rules: Rules, known: str) -> None:
-    verdict = judge_pod(gpu_pod(("gpu", "any-gpu")), rules=rules, mode="deny", subject='pod "ml-team/train"',
+    verdict = judge_pod(gpu_pod(("gpu", "any-gpu")), ctx=as_context(rules), mode="deny", subject='pod "ml-team/train"',
                         claims=CLAIMS.source("ml-team"))
     assert verdict.message == (
         'pod "ml-team/train" (training: label training.kubeflow.org/job-name=llama) was denied by ai-admission:\n'
@@ -402,20 +403,20 @@ def test_pod_denials_name_the_claim_to_fix(rules: Rules, known: str) -> None:
         '"ai-admission.io/gpu-memory: 40Gi" (per GPU) on the pod')
     annotated = gpu_pod(("gpu", "any-gpu"), annotations={"ai-admission.io/gpu-memory": "40Gi"},
                         node_selector={"gpu-type": "a100-80g"})
-    assert judge_pod(annotated, rules=rules, mode="deny", subject="pod", claims=CLAIMS.source("ml-team")).allowed
+    assert judge_pod(annotated, ctx=as_context(rules), mode="deny", subject="pod", claims=CLAIMS.source("ml-team")).allowed
 
 
 def test_pod_level_checks_over_its_claims(rules: Rules) -> None:
     source = CLAIMS.source("ml-team")
-    two = judge_pod(gpu_pod(("a", "a100x8"), ("b", "a100x8")), rules=rules, mode="deny", subject="pod", claims=source)
+    two = judge_pod(gpu_pod(("a", "a100x8"), ("b", "a100x8")), ctx=as_context(rules), mode="deny", subject="pod", claims=source)
     assert [(f.code, f.message) for f in two.findings if f.severity == "deny"] == [
         ("gpu-count-exceeds-node", "16 GPUs in one pod, but one a100-80g node holds 8; split the work over several "
                                    "pods (one per node) or use fewer GPUs")]
-    mixed = judge_pod(gpu_pod(("a", "a100x2"), ("b", "h100")), rules=rules, mode="deny", subject="pod", claims=source)
+    mixed = judge_pod(gpu_pod(("a", "a100x2"), ("b", "h100")), ctx=as_context(rules), mode="deny", subject="pod", claims=source)
     assert [(f.code, f.message) for f in mixed.findings if f.severity == "deny"] == [
         ("gpu-model-conflict", "the pod's claims pin different GPU models (a100-80g, h100-80g); one pod runs on one "
                                "node, so take one model")]
-    pinned = judge_pod(gpu_pod(("gpu", "a100x2"), node_selector={"gpu-type": "h100-80g"}), rules=rules, mode="deny",
+    pinned = judge_pod(gpu_pod(("gpu", "a100x2"), node_selector={"gpu-type": "h100-80g"}), ctx=as_context(rules), mode="deny",
                        subject="pod", claims=source)
     assert [(f.code, f.message) for f in pinned.findings if f.severity == "deny"] == [
         ("gpu-model-conflict", f'nodeSelector gpu-type pins "h100-80g" (h100-80g) but claim "gpu" '
@@ -423,7 +424,7 @@ def test_pod_level_checks_over_its_claims(rules: Rules) -> None:
                                f'keep one of them')]
     weights = {"ai-admission.io/model-params": "70B", "ai-admission.io/model-precision": "fp16",
                "ai-admission.io/workload-type": "inference"}
-    big = judge_pod(gpu_pod(("gpu", "h100"), annotations=weights), rules=rules, mode="deny", subject="pod",
+    big = judge_pod(gpu_pod(("gpu", "h100"), annotations=weights), ctx=as_context(rules), mode="deny", subject="pod",
                     claims=source)
     assert [f.code for f in big.findings if f.severity == "deny"] == ["gpu-memory-exceeds"]
     # the H100's memory as the device reports it (81559 MiB), not its marketing 80 GB
@@ -433,7 +434,7 @@ def test_pod_level_checks_over_its_claims(rules: Rules) -> None:
 def test_mig_claims_make_a_mig_pod(rules: Rules) -> None:
     slices = template(request('device.attributes["gpu.nvidia.com"].profile == "1g.10gb"',
                               device_class="mig.nvidia.com", count=2), name="slices")
-    verdict = judge_pod(gpu_pod(("mig", "slices"), labels={"app": "x"}), rules=rules, mode="deny", subject="pod",
+    verdict = judge_pod(gpu_pod(("mig", "slices"), labels={"app": "x"}), ctx=as_context(rules), mode="deny", subject="pod",
                         claims=index(slices).source("ml-team"))
     assert verdict.allowed, verdict.message
     assert verdict.profile is not None and verdict.profile.is_mig and verdict.profile.memory_per_gpu == 10 * 10**9
@@ -444,7 +445,7 @@ def test_a_claim_shared_with_a_nic_counts_only_its_gpus(rules: Rules) -> None:
                     name="gpu-and-nic")
     pod = gpu_pod(("gpu", "gpu-and-nic"))
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu", "request": "nic"}]}  # the sidecar: NIC only
-    profile = build_profile(pod, rules, index(both).source("ml-team"))
+    profile = build_profile(pod, as_context(rules), index(both).source("ml-team"))
     assert profile.gpus == {"gpu.nvidia.com (claim gpu)": 1}
     assert profile.accelerator_containers == (("containers", 1),)
 
@@ -456,7 +457,7 @@ def test_controller_templates_take_claims(rules: Rules) -> None:
                "spec": {"predictor": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "a100x8"}],
                                       "model": {"modelFormat": {"name": "huggingface"}, "resources": {
                                           "claims": [{"name": "gpu"}], "limits": {"memory": "64Gi"}}}}}}
-    judged = judge_object(service, rules=rules, mode="deny", namespace="ml-team", claims=CLAIMS.source("ml-team"))
+    judged = judge_object(service, ctx=as_context(rules), mode="deny", namespace="ml-team", claims=CLAIMS.source("ml-team"))
     assert judged is not None
     (template,) = judged[1]
     profile = template.verdict.profile
@@ -468,7 +469,7 @@ def test_decide_reads_the_namespace_of_the_request(rules: Rules) -> None:
     pod = gpu_pod(("gpu", "a100x2"))
     del pod["metadata"]["namespace"]
     request = parse_review(admission_review(pod, namespace="ml-team"))
-    verdict = decide(request, rules=rules, endpoint="mutate", view=ClusterView(claims=CLAIMS))
+    verdict = decide(request, ctx=as_context(rules, claims=CLAIMS), endpoint="mutate")
     assert verdict is not None and verdict.profile is not None and verdict.profile.gpu_count == 2
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.builders import rules_with
+from tests.support.contexts import as_context
 from webhook.core.admission import mutate_verdict
 from webhook.core.documents import Document, check
 from webhook.core.rules import Rules
@@ -34,7 +35,7 @@ def config_map(data: dict[str, str], name: str = "special-config") -> dict[str, 
 
 
 def checked(*objects: dict[str, Any], rules: Rules) -> list[Any]:
-    return check([Document("f.yaml", i, copy.deepcopy(o)) for i, o in enumerate(objects)], rules=rules).results
+    return check([Document("f.yaml", i, copy.deepcopy(o)) for i, o in enumerate(objects)], context=as_context(rules)).results
 
 
 # -- admission: the keys are unseen, the container is voided ---------------------------------------------------------
@@ -42,25 +43,25 @@ def checked(*objects: dict[str, Any], rules: Rules) -> list[Any]:
 def test_a_pod_that_asks_for_no_gpu_gets_void_on_the_containers_that_take_env_from(rules: Rules) -> None:
     pod = env_from_pod()
     pod["spec"]["containers"].append({"name": "plain", "image": "registry.k8s.io/busybox"})
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny", namespace="ml-team")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny", namespace="ml-team")
     assert [dict(op) for op in verdict.patch] == [{"op": "add", "path": "/spec/containers/0/env", "value": [VOID]}]
     assert verdict.warnings == ()
     secret = env_from_pod(secretRef={"name": "gpu-env"}, prefix="NVIDIA_")
     secret["spec"]["initContainers"] = copy.deepcopy(secret["spec"]["containers"])
-    ops = mutate_verdict(secret, rules=rules, mode="deny", namespace="ml-team").patch
+    ops = mutate_verdict(secret, ctx=as_context(rules), mode="deny", namespace="ml-team").patch
     assert [op["path"] for op in ops] == ["/spec/initContainers/0/env", "/spec/containers/0/env"]
 
 
 def test_what_the_pod_sets_itself_and_gpu_infrastructure_are_left_alone(rules: Rules) -> None:
     own = env_from_pod()
     own["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
-    assert mutate_verdict(own, rules=rules, mode="deny", namespace="ml-team").patch == ()
-    assert mutate_verdict(env_from_pod("gpu-operator"), rules=rules, mode="deny", namespace="gpu-operator").patch == ()
+    assert mutate_verdict(own, ctx=as_context(rules), mode="deny", namespace="ml-team").patch == ()
+    assert mutate_verdict(env_from_pod("gpu-operator"), ctx=as_context(rules), mode="deny", namespace="gpu-operator").patch == ()
 
 
 def test_where_the_rules_do_not_void_the_pod_is_told_what_admission_cannot_see() -> None:
     rules = rules_with({"bypasses": {"voidVisibleDevices": False}})
-    verdict = mutate_verdict(env_from_pod(), rules=rules, mode="deny", namespace="ml-team")
+    verdict = mutate_verdict(env_from_pod(), ctx=as_context(rules), mode="deny", namespace="ml-team")
     assert verdict.patch == ()
     assert verdict.warnings == ("container 'test-container' takes env from ConfigMap \"special-config\", which "
                                 "admission cannot read: if it sets NVIDIA_VISIBLE_DEVICES, the container sees GPUs it "

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from tests.support.clusters import gke_cluster, with_nodes
+from tests.support.contexts import as_context
 from tests.support.kubeapi import FakeKubeAPI
 from webhook.cluster import client as kube
 from webhook.cluster.cluster_facts import FactsWriter
+from webhook.core.context import Context
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import NAME, PLURAL, facts_data, param
 
@@ -28,12 +30,12 @@ class Clock:
         return self.now
 
 
-def writer(api: FakeKubeAPI, tmp_path: Path, rules: Rules, identity: str, clock: Clock) -> FactsWriter:
+def writer(api: FakeKubeAPI, tmp_path: Path, rules: Rules | Context, identity: str, clock: Clock) -> FactsWriter:
     """A replica's writer (its own lock directory: one writer among its workers)."""
     lock_dir = tmp_path / identity
     lock_dir.mkdir(parents=True)
     config = api.kubeconfig(lock_dir / "kubeconfig")
-    return FactsWriter(lambda: rules, namespace=HOME, lock_dir=str(lock_dir), identity=identity, clock=clock,
+    return FactsWriter(lambda: as_context(rules), namespace=HOME, lock_dir=str(lock_dir), identity=identity, clock=clock,
                        client=lambda: kube.client(str(config)))
 
 
@@ -59,7 +61,7 @@ def test_nothing_is_written_where_the_native_set_is_not_installed(tmp_path: Path
         assert facts.poll() == "no parameter kind" and len(api.requests) == asked
         api.unserved.clear()
         clock.now += 31
-        assert facts.poll() == "created" and written(api)["data"] == facts_data(in_force)  # type: ignore[index]
+        assert facts.poll() == "created" and written(api)["data"] == facts_data(as_context(in_force))  # type: ignore[index]
 
 
 def test_created_empty_before_the_node_watch_has_synced_and_never_emptied(tmp_path: Path, rules: Rules,
@@ -68,9 +70,9 @@ def test_created_empty_before_the_node_watch_has_synced_and_never_emptied(tmp_pa
     with FakeKubeAPI() as api:
         assert writer(api, tmp_path / "first", rules, "a", Clock()).poll() == "created"
         assert written(api)["data"] == {}  # type: ignore[index]
-        api.store(PLURAL, param(HOME, facts_data(in_force)), HOME)
+        api.store(PLURAL, param(HOME, facts_data(as_context(in_force))), HOME)
         assert writer(api, tmp_path / "second", rules, "b", Clock()).poll() == "no facts yet"
-        assert written(api)["data"] == facts_data(in_force)  # type: ignore[index]
+        assert written(api)["data"] == facts_data(as_context(in_force))  # type: ignore[index]
 
 
 def test_the_facts_written_once_then_left_alone(tmp_path: Path, in_force: Rules) -> None:
@@ -79,7 +81,7 @@ def test_the_facts_written_once_then_left_alone(tmp_path: Path, in_force: Rules)
         first = writer(api, tmp_path, in_force, "a", Clock())
         assert first.poll() == "written"
         stored = written(api)
-        assert stored is not None and stored["data"] == facts_data(in_force)
+        assert stored is not None and stored["data"] == facts_data(as_context(in_force))
         assert stored["metadata"]["labels"] == param(HOME)["metadata"]["labels"]  # the rest of the object as it was
         assert first.poll() == "unchanged"
         assert [m for m, path in api.requests if path.endswith(f"/{PLURAL}/{NAME}")].count("PUT") == 1

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import RULES_FILE
+from tests.support.contexts import as_context
 from tests.support.fixtures import PodCase, pod_cases
 from tests.support.strategies import pods
 from webhook.config.rules_file import load_rules
@@ -36,8 +37,8 @@ def condition_holds(expression: str, pod: dict[str, Any]) -> bool:
 
 def webhook_leaves_alone(pod: dict[str, Any], rules: Rules) -> bool:
     """No patch from /mutate, and /validate allows with nothing to say, in every mode."""
-    mutation = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
-    verdict = judge_pod(copy.deepcopy(pod), rules=rules, mode="deny", subject="pod")
+    mutation = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
+    verdict = judge_pod(copy.deepcopy(pod), ctx=as_context(rules), mode="deny", subject="pod")
     return not mutation.patch and not mutation.warnings and verdict.allowed and not verdict.findings
 
 
@@ -98,7 +99,7 @@ def quiet_pods(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.integers(0, 3)):
         for container in [*pod["spec"]["containers"], *pod["spec"].get("initContainers", [])]:
             for amounts in (container.get("resources") or {}).values():
-                for name in [n for n in amounts if RULES.is_accelerator(n)]:
+                for name in [n for n in amounts if RULES.accelerators.is_accelerator(n)]:
                     amounts[draw(st.sampled_from(NOT_ACCELERATORS))] = amounts.pop(name)
         annotations = pod["metadata"].get("annotations") or {}
         for key in [k for k in annotations if k.startswith("ai-admission.io/")]:
@@ -185,14 +186,14 @@ def _plain(**spec: Any) -> dict[str, Any]:
 
 def test_pods_that_take_gpus_through_dra_are_sent() -> None:
     """A pod's claims are looked up by the webhook's watch, which CEL cannot do: any resourceClaims sends it."""
-    from webhook.core.dra.claims import CLAIM_TEMPLATE as TEMPLATE
-    from webhook.core.dra.claims import ClaimIndex
+    from webhook.core.view.claims import CLAIM_TEMPLATE as TEMPLATE
+    from webhook.core.view.claims import ClaimIndex
 
     index = ClaimIndex()
     index.put(TEMPLATE, _A100_TEMPLATE)
     claimed = _plain(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "a100"}],
                      container={"resources": {"claims": [{"name": "gpu"}]}})
-    mutated = mutate_verdict(copy.deepcopy(claimed), rules=RULES, mode="deny", claims=index.source("ml"))
+    mutated = mutate_verdict(copy.deepcopy(claimed), ctx=as_context(RULES), mode="deny", claims=index.source("ml"))
     assert any(op["path"] == "/spec/priorityClassName" for op in mutated.patch)  # the webhook acts on it
     extended = _plain(container={"resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}}})
     for pods_only in (True, False):

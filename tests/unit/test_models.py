@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.contexts import as_context
 from webhook.core.admission import judge_pod
+from webhook.core.podview import PodFacts
 from webhook.core.profile import Profile, build_profile
 from webhook.core.rules import Rules
+from webhook.core.workloads.parallelism import tensor_parallel
 
 MIB = 2**20
 
@@ -38,7 +41,7 @@ def gpu_pod(*, gpus: int = 1, resource: str = "nvidia.com/gpu", selector: dict[s
 
 
 def profile(pod: dict[str, Any], rules: Rules) -> Profile:
-    return build_profile(pod, rules)
+    return build_profile(pod, as_context(rules))
 
 
 def models(pod: dict[str, Any], rules: Rules) -> list[str]:
@@ -46,7 +49,7 @@ def models(pod: dict[str, Any], rules: Rules) -> list[str]:
 
 
 def deny_codes(pod: dict[str, Any], rules: Rules) -> list[str]:
-    return [f.code for f in judge_pod(pod, rules=rules, mode="deny", subject="pod").findings if f.severity == "deny"]
+    return [f.code for f in judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod").findings if f.severity == "deny"]
 
 
 # -- instance types and provisioner GPU names ----------------------------------------------------------------------
@@ -63,7 +66,7 @@ def test_instance_types_in_affinity_name_every_model_and_the_largest_node(rules:
 def test_an_unknown_instance_type_is_an_unknown_model(rules: Rules) -> None:
     pod = gpu_pod(selector={"node.kubernetes.io/instance-type": "x9.superlarge"},
                   annotations={"ai-admission.io/gpu-memory": "8Gi"})
-    verdict = judge_pod(pod, rules=rules, mode="deny", subject="pod")
+    verdict = judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod")
     assert [f.code for f in verdict.findings if f.severity == "deny"] == ["gpu-model-unknown"]
     assert 'GPU model "x9.superlarge" (nodeSelector node.kubernetes.io/instance-type) is not in the catalog' in (
         verdict.message or "")
@@ -97,7 +100,7 @@ def test_a_provisioner_gpu_name_narrowed_by_its_memory(rules: Rules, memory: dic
 def test_some_values_unknown_are_named(rules: Rules) -> None:
     pod = gpu_pod(terms=[[{"key": "gpu-type", "operator": "In", "values": ["h100-80g", "rtx-4090", "gtx-1080"]}]],
                   annotations={"ai-admission.io/gpu-memory": "8Gi"})
-    verdict = judge_pod(pod, rules=rules, mode="deny", subject="pod")
+    verdict = judge_pod(pod, ctx=as_context(rules), mode="deny", subject="pod")
     assert 'GPU models "rtx-4090", "gtx-1080" (required node affinity gpu-type In [h100-80g, rtx-4090, gtx-1080]) are ' \
            "not in the catalog" in (verdict.message or "")
 
@@ -179,8 +182,11 @@ def test_world_size_from_the_operators_env(rules: Rules, env: dict[str, str], po
     ([], {"TENSOR_PARALLEL_SIZE": "$(TP)"}, None),
 ])
 def test_tensor_parallel_degree(rules: Rules, args: list[str], env: dict[str, str] | None, degree: int | None) -> None:
-    found = profile(gpu_pod(args=args, env=env), rules).tensor_parallel
+    found = tensor_parallel(PodFacts(gpu_pod(args=args, env=env)), rules)
     assert (found[0] if found else None) == degree
+    # the profile reads it where it decides something: tensor parallelism over PCIe cards
+    pcie = profile(gpu_pod(gpus=2, args=args, env=env, selector={"gpu-type": "l40s-48g"}), rules).tensor_parallel
+    assert (pcie[0] if pcie else None) == degree
 
 
 def test_a_pod_without_accelerators_reads_nothing_of_this(rules: Rules) -> None:

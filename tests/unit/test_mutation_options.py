@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.builders import INFINIBAND, NCCL, SHM, gpu_pod, rules_with, shm_size
+from tests.support.contexts import as_context
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import Verdict, mutate_verdict
 from webhook.core.rules import Rules
@@ -59,7 +60,7 @@ def merged(*changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def mutated(pod: dict[str, Any], rules: Rules, state: PriorityClassState = UNKNOWN) -> tuple[dict[str, Any], Verdict]:
-    verdict = mutate_verdict(pod, rules=rules, mode="deny", priority_classes=state)
+    verdict = mutate_verdict(pod, ctx=as_context(rules, priority_classes=state), mode="deny")
     return apply_verdict(pod, verdict), verdict
 
 

@@ -15,6 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 from tests.conftest import RULES_FILE
+from tests.support.contexts import as_context
 from tests.support.invariants import assert_user_values_kept, assert_well_formed
 from tests.support.strategies import pods
 from webhook.core.admission import judge_pod, mutate_verdict
@@ -45,17 +46,17 @@ RULES = _all_steps_rules()
 @given(pods())
 def test_mutation_properties(pod: dict[str, Any]) -> None:
     original = copy.deepcopy(pod)
-    verdict = mutate_verdict(pod, rules=RULES, mode="deny")
+    verdict = mutate_verdict(pod, ctx=as_context(RULES), mode="deny")
     assert pod == original, "mutation must not touch its input"
     mutated = jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
     assert_well_formed(mutated)
     assert_user_values_kept(original, mutated)
-    again = mutate_verdict(mutated, rules=RULES, mode="deny")
+    again = mutate_verdict(mutated, ctx=as_context(RULES), mode="deny")
     assert list(again.patch) == []
     # Mutation never changes the class or the validation verdict it was based on.
     assert again.profile is not None and verdict.profile is not None
     assert again.profile.workload == verdict.profile.workload
-    before = judge_pod(pod, rules=RULES, mode="deny", subject="pod")
-    after = judge_pod(mutated, rules=RULES, mode="deny", subject="pod")
+    before = judge_pod(pod, ctx=as_context(RULES), mode="deny", subject="pod")
+    after = judge_pod(mutated, ctx=as_context(RULES), mode="deny", subject="pod")
     assert [f.code for f in after.findings if f.severity == "deny"] == [
         f.code for f in before.findings if f.severity == "deny"]

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tests.support.cel_engine import evaluate
+from tests.support.contexts import as_context
 from webhook.core import names
 from webhook.core.rules import Rules
 from webhook.core.view.cluster_facts import NAME as FACTS
@@ -160,7 +161,7 @@ def test_after_the_policies_the_webhook_makes_the_pod_it_makes_alone_under_every
     from webhook.core.admission import mutate_verdict
 
     def mutated(pod: dict, rules: Rules) -> dict:
-        verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny", namespace="ml-team")
+        verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny", namespace="ml-team")
         return jsonpatch.apply_patch(copy.deepcopy(pod), list(verdict.patch))
 
     checked = 0

@@ -30,7 +30,7 @@ def paired(rules: Rules) -> list[tuple[str, dict]]:
     return parity.corpus(rules, pairs=2)
 
 
-def _compared(rules: Rules, context: parity.Context, pods: list[tuple[str, dict]]) -> tuple[int, int, list[str]]:
+def _compared(rules: Rules, context: parity.Scenario, pods: list[tuple[str, dict]]) -> tuple[int, int, list[str]]:
     setup = parity.installations(rules, context)
     judged, found, known = 0, [], collections.Counter()
     for name, pod in pods:
@@ -45,7 +45,7 @@ def _compared(rules: Rules, context: parity.Context, pods: list[tuple[str, dict]
 
 
 @pytest.mark.parametrize("context", parity.CONTEXTS, ids=[c.name for c in parity.CONTEXTS])
-def test_the_native_set_gives_every_pod_what_the_webhooks_give_it(rules: Rules, context: parity.Context,
+def test_the_native_set_gives_every_pod_what_the_webhooks_give_it(rules: Rules, context: parity.Scenario,
                                                                    single: list, paired: list) -> None:
     """The richest cluster (A100, H100 and L4 nodes, every PriorityClass as the rules say) with the edits of the
     profiled pods two at a time too; the others with each edit alone."""

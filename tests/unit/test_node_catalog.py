@@ -12,9 +12,10 @@ import time
 from decimal import Decimal
 from typing import Any
 
+from tests.support.contexts import as_context, with_discovered
 from tests.support.nodes import gfd_node, pod
 from webhook.core.rules import Rules, compile_rules
-from webhook.core.view.node_catalog import catalog_block, effective, model_name
+from webhook.core.view.node_catalog import catalog_block, model_name, node_catalog
 from webhook.core.view.node_facts import DiscoveredCatalog, build, node_gpu
 
 MIB = Decimal(2**20)
@@ -79,11 +80,11 @@ def discovered(*nodes: dict[str, Any]) -> DiscoveredCatalog:
 
 
 def test_nothing_known_keeps_the_rules(rules: Rules) -> None:
-    assert effective(rules, DiscoveredCatalog()) is rules
+    assert node_catalog(rules, DiscoveredCatalog()) is None
 
 
 def test_nodes_give_memory_and_gpus_per_node(rules: Rules) -> None:
-    merged = effective(rules, discovered(
+    merged = with_discovered(rules, discovered(
         gfd_node("h1", "NVIDIA-H100-80GB-HBM3", count=8, memory=81559),
         gfd_node("h2", "NVIDIA-H100-80GB-HBM3", count=4, memory=81559),
         gfd_node("a1", "A100-SXM4-40GB", count=4, memory=40536),  # an old driver: no NVIDIA- prefix, less memory
@@ -97,11 +98,11 @@ def test_nodes_give_memory_and_gpus_per_node(rules: Rules) -> None:
     assert merged.nodes is not None
     assert merged.nodes.present == {"a100-40g": "1 node x 4 GPUs", "h100-80g": "2 nodes x 4-8 GPUs",
                                     "mi300x-192g": "1 node x 8 GPUs"}
-    assert rules.catalog["a100-40g"].memory == 40960 * MIB and rules.nodes is None  # the rules are untouched
+    assert rules.catalog["a100-40g"].memory == 40960 * MIB  # the rules are untouched
 
 
 def test_a_model_only_the_nodes_know_is_added(rules: Rules) -> None:
-    merged = effective(rules, discovered(gfd_node("n", "NVIDIA-RTX-A6000", count=2, memory=49140)))
+    merged = with_discovered(rules, discovered(gfd_node("n", "NVIDIA-RTX-A6000", count=2, memory=49140)))
     name = model_name("NVIDIA-RTX-A6000")
     assert name == "nvidia-rtx-a6000"
     model = merged.find_model("NVIDIA-RTX-A6000")
@@ -130,13 +131,13 @@ def test_the_catalog_block_is_a_valid_rules_catalog(rules: Rules) -> None:
 def judged(rules: Rules, obj: dict[str, Any]) -> Any:
     from webhook.core.admission import judge_pod
 
-    return judge_pod(obj, rules=rules, mode="deny", subject='pod "ml-team/p"')
+    return judge_pod(obj, ctx=as_context(rules), mode="deny", subject='pod "ml-team/p"')
 
 
 def only_l4(rules: Rules, *, absent: str | None = None) -> Rules:
     if absent:
         rules = compile_rules({**copy.deepcopy(dict(rules.raw)), "nodeCatalog": {"modelWithoutNodes": absent}})
-    return effective(rules, discovered(gfd_node("l4-a", "NVIDIA-L4", count=2, memory=23034)))
+    return with_discovered(rules, discovered(gfd_node("l4-a", "NVIDIA-L4", count=2, memory=23034)))
 
 
 def test_a_model_no_node_has_is_a_warning(rules: Rules) -> None:
@@ -170,6 +171,6 @@ def test_the_fix_names_a_model_the_cluster_has(rules: Rules) -> None:
 
 def test_a_long_list_is_cut(rules: Rules) -> None:
     products = ["NVIDIA-L4", "NVIDIA-A10", "Tesla-T4", "NVIDIA-L40S", "NVIDIA-H200", "NVIDIA-B200"]
-    merged = effective(rules, discovered(*(gfd_node(f"n{i}", p, count=1, memory=20000) for i, p in enumerate(products))))
+    merged = with_discovered(rules, discovered(*(gfd_node(f"n{i}", p, count=1, memory=20000) for i, p in enumerate(products))))
     message = judged(merged, pod("rtx-9000")).message
     assert message.endswith("and 2 more") and message.count(" x 1 GPU") == 4

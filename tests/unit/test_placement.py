@@ -15,10 +15,11 @@ import pytest
 
 from tests.support.builders import rules_with
 from tests.support.clusters import eks_cluster, gb200_cluster, gke_cluster, node, with_nodes
+from tests.support.contexts import as_context
 from tests.support.reviews import apply_verdict
 from webhook.core.admission import mutate_verdict
-from webhook.core.placement import ALL_MODELS, target_of
 from webhook.core.rules import Rules
+from webhook.core.view.targets import ALL_MODELS
 
 
 def training_worker(job: str, pods: int, *, gpus: int = 8, model: str = "h100-80g", memory: str = "60Gi",
@@ -51,7 +52,7 @@ def inference_replica(model: str = "l4-24g", gpus: int = 1) -> dict[str, Any]:
 
 
 def mutated(pod: dict[str, Any], rules: Rules) -> tuple[dict[str, Any], list[str], list[dict[str, Any]]]:
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     return apply_verdict(pod, verdict), list(verdict.warnings), [dict(op) for op in verdict.patch]
 
 
@@ -91,14 +92,14 @@ def eks(rules: Rules) -> Rules:
 # -- topology: the narrowest domain that holds the whole job --------------------------------------------------------
 
 def test_the_nodes_topology_is_learnt_per_model(gke: Rules) -> None:
-    h100 = target_of(gke, gke.catalog["h100-80g"])
+    h100 = gke.target_of(gke.catalog["h100-80g"])
     assert h100 is not None and h100.key_set == "gke" and (h100.nodes, h100.gpus) == (8, 64)
     assert [(level.key.rsplit("-", 1)[-1], level.domains, level.largest) for level in h100.levels] == [
         ("block", 2, 32), ("subblock", 4, 16), ("host", 8, 8)]
-    l4 = target_of(gke, gke.catalog["l4-24g"])
+    l4 = gke.target_of(gke.catalog["l4-24g"])
     assert l4 is not None and l4.levels == () and l4.distinct["topology.kubernetes.io/zone"] == 2
-    every = target_of(gke, None)
-    assert every is not None and every.nodes == 12 and every is gke.nodes.placement[ALL_MODELS]  # type: ignore[union-attr]
+    every = gke.target_of(None)
+    assert every is not None and every.nodes == 12 and every is gke.nodes.placement[ALL_MODELS]
 
 
 @pytest.mark.parametrize(("pods", "key"), [
@@ -373,10 +374,10 @@ def test_the_node_watch_follows_taints_and_topology(rules: Rules, tmp_path: Any)
     import time
 
     from tests.support.clusters import gke_a3
+    from tests.support.contexts import with_discovered
     from tests.support.kubeapi import FakeKubeAPI
     from webhook.cluster.informer import api_calls
     from webhook.cluster.nodes import NodeWatch
-    from webhook.core.view.node_catalog import effective
 
     seen: list[Any] = []
     with FakeKubeAPI() as api:
@@ -388,7 +389,7 @@ def test_the_node_watch_follows_taints_and_topology(rules: Rules, tmp_path: Any)
             deadline = time.monotonic() + 15
             while not seen and time.monotonic() < deadline:
                 time.sleep(0.05)
-            first = target_of(effective(rules, seen[-1]), rules.catalog["h100-80g"])
+            first = with_discovered(rules, seen[-1]).target_of(rules.catalog["h100-80g"])
             assert first is not None and first.taints == (("nvidia.com/gpu", "present", "NoSchedule"),)
             heartbeat = gke_a3("a3-0", "block-1", "subblock-0")
             heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-12-01T20:00:00Z"
@@ -399,7 +400,7 @@ def test_the_node_watch_follows_taints_and_topology(rules: Rules, tmp_path: Any)
             while len(seen) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert len(seen) == 2  # the heartbeat changed nothing the rules read: no new catalog for it
-            second = target_of(effective(rules, seen[-1]), rules.catalog["h100-80g"])
+            second = with_discovered(rules, seen[-1]).target_of(rules.catalog["h100-80g"])
             assert second is not None and second.levels[0].domains == 2  # a3-1 moved to block-2
             assert second.taints == first.taints  # the other three still carry it
         finally:

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.support.clusters import gke_cluster, with_nodes
+from tests.support.contexts import as_context
 from tests.support.gang import UID, pytorchjob, serve_workload_api, worker
 from tests.support.kubeapi import FakeKubeAPI
 from webhook.cluster import client as kube
@@ -142,9 +143,9 @@ def test_the_group_a_pod_names_is_made_from_its_job(tmp_path: Path, api: FakeKub
 
 def test_a_group_counts_the_pods_that_join_it(in_force: Rules) -> None:
     """The Master with GPUs and the Workers join; a Master without GPUs does not (/mutate leaves it alone)."""
-    assert groups.joining_pods(pytorchjob(workers=2), in_force)[0] == 3  # type: ignore[index]
-    assert groups.joining_pods(pytorchjob(workers=2, master_gpus=0), in_force)[0] == 2  # type: ignore[index]
-    assert groups.joining_pods(pytorchjob(workers=0, master_gpus=8), in_force) is None  # one pod: no gang
+    assert groups.joining_pods(pytorchjob(workers=2), as_context(in_force))[0] == 3  # type: ignore[index]
+    assert groups.joining_pods(pytorchjob(workers=2, master_gpus=0), as_context(in_force))[0] == 2  # type: ignore[index]
+    assert groups.joining_pods(pytorchjob(workers=0, master_gpus=8), as_context(in_force)) is None  # one pod: no gang
 
 
 def test_a_jobsets_group_leaves_out_the_jobs_the_job_controller_groups(in_force: Rules) -> None:
@@ -163,7 +164,7 @@ def test_a_jobsets_group_leaves_out_the_jobs_the_job_controller_groups(in_force:
               "metadata": {"name": "pretrain", "namespace": "ml-team", "uid": "js-1"},
               "spec": {"replicatedJobs": [replicated("workers", 4, 1, 8), replicated("pairs", 1, 2, 8),
                                           replicated("loader", 1, 1, 0)]}}
-    joining = groups.joining_pods(jobset, in_force)
+    joining = groups.joining_pods(jobset, as_context(in_force))
     assert joining is not None and joining[0] == 4, joining
 
 
@@ -176,11 +177,11 @@ def test_a_jobsets_pod_joins_the_jobsets_group_unless_its_job_has_one(in_force: 
                                       "jobset.sigs.k8s.io/jobset-uid": "js-1",
                                       "jobset.sigs.k8s.io/replicatedjob-name": "workers"})
     support = PodGroupSupport(api=ALPHA, controller=True, known=True)
-    patched = apply_verdict(pod, mutate_verdict(copy.deepcopy(pod), rules=in_force, mode="deny", pod_groups=support))
+    patched = apply_verdict(pod, mutate_verdict(copy.deepcopy(pod), ctx=as_context(in_force, pod_groups=support), mode="deny"))
     expected = groups.group_name(groups.JobRef("jobset.x-k8s.io/v1alpha2", "JobSet", "pretrain", "js-1"))
     assert patched["spec"]["schedulingGroup"] == {"podGroupName": expected}
     pod["spec"]["schedulingGroup"] = {"podGroupName": "pretrain-pairs-0-abc"}  # the Job controller named its own
-    kept = apply_verdict(pod, mutate_verdict(copy.deepcopy(pod), rules=in_force, mode="deny", pod_groups=support))
+    kept = apply_verdict(pod, mutate_verdict(copy.deepcopy(pod), ctx=as_context(in_force, pod_groups=support), mode="deny"))
     assert kept["spec"]["schedulingGroup"] == {"podGroupName": "pretrain-pairs-0-abc"}
     assert POD_GROUP_LABEL not in kept["metadata"]["labels"]
 

@@ -17,6 +17,7 @@ import yaml
 
 from tests.support.builders import rules_with
 from tests.support.clusters import gke_cluster, with_nodes
+from tests.support.contexts import as_context
 from tests.support.gang import indexed_job, job_controller_group, worker
 from tests.support.reviews import admission_review, apply_verdict, assert_valid_pod
 from webhook.core.admission import decide, judge, mutate_verdict
@@ -25,8 +26,6 @@ from webhook.core.podgroups.support import POD_GROUP_LABEL, PodGroupApi, PodGrou
 from webhook.core.profile import Profile, build_profile
 from webhook.core.review import parse_review
 from webhook.core.rules import Rules
-from webhook.core.view.cluster_view import ClusterView
-from webhook.core.view.priority_state import UNCHECKED
 from webhook.core.workloads.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +46,7 @@ def _valid(obj: dict[str, Any], version: str = "1.36.0") -> None:
 
 def test_a_worker_of_a_pytorchjob_joins_the_group_its_owner_names(gke: Rules) -> None:
     pod = worker("llama-ft", 1, 3)
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=gke, mode="deny", pod_groups=IN_SERVICE)
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny")
     patched = apply_verdict(pod, verdict)
     job = groups.job_of(pod)
     assert job == groups.JobRef("kubeflow.org/v1", "PyTorchJob", "llama-ft", "0b7c2f4e-1d8a-4c3e-9f21-6a5d4e3c2b10")
@@ -57,11 +56,10 @@ def test_a_worker_of_a_pytorchjob_joins_the_group_its_owner_names(gke: Rules) ->
     assert not [w for w in verdict.warnings if "gang" in w]
     assert_valid_pod(patched)
     # every worker of the job names the same group: derived from the owner alone
-    other = apply_verdict(worker("llama-ft", 2, 3), mutate_verdict(worker("llama-ft", 2, 3), rules=gke, mode="deny",
-                                                                    pod_groups=IN_SERVICE))
+    other = apply_verdict(worker("llama-ft", 2, 3), mutate_verdict(worker("llama-ft", 2, 3), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny"))
     assert other["spec"]["schedulingGroup"] == patched["spec"]["schedulingGroup"]
     # and once named, mutating again adds nothing (reinvocation)
-    again = mutate_verdict(copy.deepcopy(patched), rules=gke, mode="deny", pod_groups=IN_SERVICE)
+    again = mutate_verdict(copy.deepcopy(patched), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny")
     assert not [op for op in again.patch if "schedulingGroup" in op["path"] or "pod-group" in op["path"]]
 
 
@@ -82,7 +80,7 @@ def test_the_group_name_is_a_label_value_and_differs_per_job() -> None:
 def test_where_no_group_can_be_made_the_pod_is_scheduled_alone(gke: Rules, support: PodGroupSupport,
                                                                told: str | None) -> None:
     pod = worker("llama-ft", 0, 3)
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=gke, mode="deny", pod_groups=support)
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(gke, pod_groups=support), mode="deny")
     patched = apply_verdict(pod, verdict)
     assert "schedulingGroup" not in patched["spec"] and POD_GROUP_LABEL not in patched["metadata"]["labels"]
     said = [w for w in verdict.warnings if "not scheduled as a gang" in w]
@@ -93,20 +91,19 @@ def test_a_single_pod_a_pod_with_a_group_and_a_job_controllers_pod_are_left_alon
     single = worker("llama-ft", 0, 1)
     single["metadata"]["labels"].pop("training.kubeflow.org/replica-type")
     assert "schedulingGroup" not in apply_verdict(single, mutate_verdict(
-        copy.deepcopy(single), rules=gke, mode="deny", pod_groups=IN_SERVICE))["spec"]
+        copy.deepcopy(single), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny"))["spec"]
     own = worker("llama-ft", 0, 3)
     own["spec"]["schedulingGroup"] = {"podGroupName": "mine"}
-    assert apply_verdict(own, mutate_verdict(copy.deepcopy(own), rules=gke, mode="deny",
-                                             pod_groups=IN_SERVICE))["spec"]["schedulingGroup"] == {"podGroupName": "mine"}
+    assert apply_verdict(own, mutate_verdict(copy.deepcopy(own), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny"))["spec"]["schedulingGroup"] == {"podGroupName": "mine"}
     of_a_job = worker("train", 0, 3, kind="Job", api_version="batch/v1")
-    verdict = mutate_verdict(copy.deepcopy(of_a_job), rules=gke, mode="deny", pod_groups=IN_SERVICE)
+    verdict = mutate_verdict(copy.deepcopy(of_a_job), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny")
     assert "schedulingGroup" not in apply_verdict(of_a_job, verdict)["spec"]
     assert not [w for w in verdict.warnings if "gang" in w]
 
 
 def test_a_pod_of_a_kind_no_one_groups_is_told(gke: Rules) -> None:
     pod = worker("lws", 0, 3, kind="StatefulSet", api_version="apps/v1")
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=gke, mode="deny", pod_groups=IN_SERVICE)
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny")
     assert "schedulingGroup" not in apply_verdict(pod, verdict)["spec"]
     assert any("not scheduled as a gang" in w and "StatefulSet" in w for w in verdict.warnings), verdict.warnings
 
@@ -114,7 +111,7 @@ def test_a_pod_of_a_kind_no_one_groups_is_told(gke: Rules) -> None:
 def test_with_a_queueing_backend_its_words_win(rules: Rules) -> None:
     kueue = with_nodes(gke_cluster(), rules_with({"scheduler": {"backend": "kueue"}}))
     pod = worker("llama-ft", 0, 3)
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=kueue, mode="deny", pod_groups=IN_SERVICE)
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(kueue, pod_groups=IN_SERVICE), mode="deny")
     assert "schedulingGroup" not in apply_verdict(pod, verdict)["spec"]
     assert not [w for w in verdict.warnings if "gang" in w]
 
@@ -145,12 +142,11 @@ def test_the_server_may_read_every_owner_it_counts_a_group_by() -> None:
 # -- what a group holds ----------------------------------------------------------------------------------------------
 
 def _profile(pod: dict[str, Any], rules: Rules) -> Profile:
-    return build_profile(pod, rules)
+    return build_profile(pod, as_context(rules))
 
 
 def test_a_group_holds_the_count_the_narrowest_level_the_class_and_its_disruption(gke: Rules) -> None:
-    plan = groups.plan_of(_profile(worker("llama-ft", 0, 3), gke), gke, ALPHA, pods=3,
-                          priority_classes=UNCHECKED)
+    plan = groups.plan_of(_profile(worker("llama-ft", 0, 3), gke), as_context(gke), ALPHA, pods=3)
     assert plan is not None
     # 24 GPUs: more than a sub-block (16) of the A3 Mega nodes holds, within a block
     assert (plan.min_count, plan.topology_key, plan.priority_class, plan.disruption_mode) == (
@@ -170,8 +166,7 @@ def test_a_group_holds_the_count_the_narrowest_level_the_class_and_its_disruptio
 
 def test_what_the_cluster_drops_is_not_written_and_is_said(gke: Rules) -> None:
     bare = PodGroupApi("v1alpha2", topology=False, preemption=False)
-    plan = groups.plan_of(_profile(worker("llama-ft", 0, 3), gke), gke, bare, pods=3,
-                          priority_classes=UNCHECKED)
+    plan = groups.plan_of(_profile(worker("llama-ft", 0, 3), gke), as_context(gke), bare, pods=3)
     assert plan is not None and (plan.topology_key, plan.priority_class, plan.disruption_mode) == (None, None, None)
     assert any("TopologyAwareWorkloadScheduling" in n for n in plan.notes)
     assert any("WorkloadAwarePreemption" in n for n in plan.notes)
@@ -188,8 +183,8 @@ def _review_of_group(group: dict[str, Any]) -> Any:
 def test_the_job_controllers_group_is_given_what_the_jobs_template_says(gke: Rules) -> None:
     job = indexed_job("train", 3)
     group = job_controller_group(job)
-    view = ClusterView(pod_groups=IN_SERVICE, jobs=lambda kind, name, namespace: job if name == "train" else None)
-    verdict = decide(_review_of_group(group), rules=gke, endpoint="mutate", view=view)
+    verdict = decide(_review_of_group(group), endpoint="mutate", ctx=as_context(
+        gke, pod_groups=IN_SERVICE, jobs=lambda kind, name, namespace: job if name == "train" else None))
     assert verdict is not None and verdict.allowed
     patched = jsonpatch.apply_patch(copy.deepcopy(group), list(verdict.patch))
     _valid(patched)
@@ -206,28 +201,27 @@ def test_a_group_whose_job_is_not_known_or_not_ours_is_left_as_it_came(gke: Rule
     group = job_controller_group(job)
     for jobs in (lambda kind, name, namespace: None,                       # the watch has not seen it
                  lambda kind, name, namespace: {**job, "metadata": {**job["metadata"], "uid": "another"}}):
-        assert decide(_review_of_group(group), rules=gke, endpoint="mutate",
-                      view=ClusterView(pod_groups=IN_SERVICE, jobs=jobs)) is None
+        assert decide(_review_of_group(group), ctx=as_context(gke, pod_groups=IN_SERVICE, jobs=jobs),
+                      endpoint="mutate") is None
     ours = copy.deepcopy(group)
     ours["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "ai-admission"}
-    assert decide(_review_of_group(ours), rules=gke, endpoint="mutate",
-                  view=ClusterView(pod_groups=IN_SERVICE, jobs=lambda *a: job)) is None
+    assert decide(_review_of_group(ours), ctx=as_context(gke, pod_groups=IN_SERVICE, jobs=lambda *a: job),
+                  endpoint="mutate") is None
 
 
 def test_a_multi_node_training_job_the_controller_will_not_group_is_told_what_to_change(gke: Rules) -> None:
     for job, wanted in ((indexed_job("train", 3, mode="NonIndexed"), "completionMode: Indexed"),
                         (indexed_job("train", 3, completions=6), "completions equal to parallelism")):
         job["spec"]["template"]["metadata"]["annotations"]["ai-admission.io/multi-node"] = "true"
-        judged = judge(job, rules=gke, mode="deny", group="batch", kind="Job", pod_groups=IN_SERVICE)
+        judged = judge(job, ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny", group="batch", kind="Job")
         assert judged is not None
         found = [f for f in judged[0].findings if f.code == "job-not-grouped"]
         assert len(found) == 1 and wanted in found[0].message and found[0].severity == "warn", judged[0].findings
         assert judged[0].allowed
         # without the Workload API nothing is said
-        quiet = judge(job, rules=gke, mode="deny", group="batch", kind="Job",
-                      pod_groups=PodGroupSupport(known=True))
+        quiet = judge(job, ctx=as_context(gke, pod_groups=PodGroupSupport(known=True)), mode="deny", group="batch", kind="Job")
         assert quiet is not None and not [f for f in quiet[0].findings if f.code == "job-not-grouped"]
-    grouped = judge(indexed_job("train", 3), rules=gke, mode="deny", group="batch", kind="Job", pod_groups=IN_SERVICE)
+    grouped = judge(indexed_job("train", 3), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny", group="batch", kind="Job")
     assert grouped is not None and not [f for f in grouped[0].findings if f.code == "job-not-grouped"]
 
 
@@ -235,18 +229,18 @@ def test_a_multi_node_training_job_the_controller_will_not_group_is_told_what_to
 
 def test_a_job_more_than_the_models_nodes_hold_is_told_with_the_numbers(gke: Rules) -> None:
     # GKE's A3 Mega nodes: 8 nodes of 8 H100
-    judged = judge(worker("huge", 0, 9), rules=gke, mode="deny", group="", kind="Pod")
+    judged = judge(worker("huge", 0, 9), ctx=as_context(gke), mode="deny", group="", kind="Pod")
     assert judged is not None
     found = [f for f in judged[0].findings if f.code == "job-never-fits"]
     assert len(found) == 1 and found[0].severity == "warn" and judged[0].allowed
     assert "72 GPUs (9 pods of 8)" in found[0].message and "8 h100-80g nodes hold together (64)" in found[0].message
-    fits = judge(worker("fits", 0, 8), rules=gke, mode="deny", group="", kind="Pod")
+    fits = judge(worker("fits", 0, 8), ctx=as_context(gke), mode="deny", group="", kind="Pod")
     assert fits is not None and not [f for f in fits[0].findings if f.code == "job-never-fits"]
 
 
 def test_the_rules_may_deny_it(rules: Rules) -> None:
     strict = with_nodes(gke_cluster(), rules_with({"nodeCatalog": {"jobBeyondNodes": "deny"}}))
-    judged = judge(worker("huge", 0, 9), rules=strict, mode="deny", group="", kind="Pod")
+    judged = judge(worker("huge", 0, 9), ctx=as_context(strict), mode="deny", group="", kind="Pod")
     assert judged is not None and not judged[0].allowed and "job-never-fits" in judged[0].reason_codes
     assert "more than the cluster's 8 h100-80g nodes hold together" in (judged[0].message or "")
 
@@ -257,10 +251,10 @@ def test_a_job_that_opts_out_is_scheduled_one_by_one(gke: Rules) -> None:
     controller does not count it."""
     pod = worker("llama-ft", 0, 3)
     pod["metadata"]["annotations"]["ai-admission.io/gang"] = "false"
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=gke, mode="deny", pod_groups=IN_SERVICE)
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(gke, pod_groups=IN_SERVICE), mode="deny")
     assert "schedulingGroup" not in apply_verdict(pod, verdict)["spec"]
     assert not [w for w in verdict.warnings if "gang" in w]
-    assert not groups.groups_class(build_profile(pod, gke), gke)
+    assert not groups.groups_class(build_profile(pod, as_context(gke)), as_context(gke))
     pod["metadata"]["annotations"]["ai-admission.io/gang"] = "maybe"
-    judged = judge(pod, rules=gke, mode="deny", group="", kind="Pod")
+    judged = judge(pod, ctx=as_context(gke), mode="deny", group="", kind="Pod")
     assert judged is not None and "invalid-annotation" in judged[0].reason_codes

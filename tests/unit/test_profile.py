@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.support.builders import NCCL, rules_with
+from tests.support.contexts import as_context
 from webhook.core.profile import build_profile
 from webhook.core.rules import Rules
 
@@ -31,63 +32,63 @@ def gpu(name: str, count: Any, *, resource: str = "nvidia.com/gpu", kind: str = 
 
 
 def test_app_containers_add_up(rules: Rules) -> None:
-    assert build_profile(pod(gpu("a", "2"), gpu("b", "3")), rules).gpus == {"nvidia.com/gpu": 5}
+    assert build_profile(pod(gpu("a", "2"), gpu("b", "3")), as_context(rules)).gpus == {"nvidia.com/gpu": 5}
 
 
 def test_plain_init_container_counts_only_when_larger(rules: Rules) -> None:
-    assert build_profile(pod(gpu("app", "2"), init=[gpu("warmup", "4")]), rules).gpus == {"nvidia.com/gpu": 4}
-    assert build_profile(pod(gpu("app", "4"), init=[gpu("warmup", "1")]), rules).gpus == {"nvidia.com/gpu": 4}
+    assert build_profile(pod(gpu("app", "2"), init=[gpu("warmup", "4")]), as_context(rules)).gpus == {"nvidia.com/gpu": 4}
+    assert build_profile(pod(gpu("app", "4"), init=[gpu("warmup", "1")]), as_context(rules)).gpus == {"nvidia.com/gpu": 4}
 
 
 def test_sidecar_init_containers_run_beside_the_app(rules: Rules) -> None:
-    profile = build_profile(pod(gpu("app", "2"), init=[gpu("proxy", "1", restart="Always")]), rules)
+    profile = build_profile(pod(gpu("app", "2"), init=[gpu("proxy", "1", restart="Always")]), as_context(rules))
     assert profile.gpus == {"nvidia.com/gpu": 3}
 
 
 def test_sidecar_started_before_a_plain_init_container_runs_beside_it(rules: Rules) -> None:
     init = [gpu("sidecar", "1", restart="Always"), gpu("prepare", "4")]
-    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 5}
+    assert build_profile(pod(gpu("app", "1"), init=init), as_context(rules)).gpus == {"nvidia.com/gpu": 5}
 
 
 def test_sidecar_started_after_a_plain_init_container_does_not_add_to_it(rules: Rules) -> None:
     init = [gpu("prepare", "4"), gpu("sidecar", "1", restart="Always")]
-    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 4}
+    assert build_profile(pod(gpu("app", "1"), init=init), as_context(rules)).gpus == {"nvidia.com/gpu": 4}
 
 
 def test_requests_without_limits_count(rules: Rules) -> None:
-    assert build_profile(pod(gpu("a", "2", kind="requests")), rules).gpus == {"nvidia.com/gpu": 2}
+    assert build_profile(pod(gpu("a", "2", kind="requests")), as_context(rules)).gpus == {"nvidia.com/gpu": 2}
 
 
 def test_numbers_from_hand_written_yaml_count(rules: Rules) -> None:
-    assert build_profile(pod(gpu("a", 2)), rules).gpus == {"nvidia.com/gpu": 2}
+    assert build_profile(pod(gpu("a", 2)), as_context(rules)).gpus == {"nvidia.com/gpu": 2}
 
 
 def test_two_gpu_resource_names_are_kept_apart(rules: Rules) -> None:
-    profile = build_profile(pod(gpu("n", "1"), gpu("a", "2", resource="amd.com/gpu")), rules)
+    profile = build_profile(pod(gpu("n", "1"), gpu("a", "2", resource="amd.com/gpu")), as_context(rules))
     assert profile.gpus == {"nvidia.com/gpu": 1, "amd.com/gpu": 2}
     assert profile.gpu_count == 3
     assert profile.gpu_text() == "2 amd.com/gpu, 1 nvidia.com/gpu"
 
 
 def test_other_extended_resources_are_not_gpus(rules: Rules) -> None:
-    profile = build_profile(pod({"name": "c", "resources": {"limits": {"rdma/ib": "1", "cpu": "2"}}}), rules)
+    profile = build_profile(pod({"name": "c", "resources": {"limits": {"rdma/ib": "1", "cpu": "2"}}}), as_context(rules))
     assert profile.gpus == {}
     assert profile.workload == "none"
 
 
 def test_zero_gpus_is_no_gpu(rules: Rules) -> None:
-    assert build_profile(pod(gpu("a", "0")), rules).gpus == {}
+    assert build_profile(pod(gpu("a", "0")), as_context(rules)).gpus == {}
 
 
 def test_mig_slice_implies_memory(rules: Rules) -> None:
-    profile = build_profile(pod(gpu("a", "2", resource="nvidia.com/mig-3g.40gb")), rules)
+    profile = build_profile(pod(gpu("a", "2", resource="nvidia.com/mig-3g.40gb")), as_context(rules))
     assert profile.is_mig
     assert profile.memory_per_gpu == Decimal(40 * 10**9)
     assert profile.memory_total == Decimal(80 * 10**9)
 
 
 def test_gpu_memory_annotation_is_per_gpu(rules: Rules) -> None:
-    profile = build_profile(pod(gpu("a", "4"), annotations={"ai-admission.io/gpu-memory": "20Gi"}), rules)
+    profile = build_profile(pod(gpu("a", "4"), annotations={"ai-admission.io/gpu-memory": "20Gi"}), as_context(rules))
     assert profile.memory_per_gpu == 20 * 2**30
     assert profile.memory_total == 80 * 2**30
 
@@ -96,7 +97,7 @@ def test_gpu_memory_annotation_is_per_gpu(rules: Rules) -> None:
 def test_model_params_use_the_class_memory_factor(rules: Rules, workload: str, factor: Any) -> None:
     notes = {"ai-admission.io/model-params": "7.5B", "ai-admission.io/model-precision": "int4",
              "ai-admission.io/workload-type": workload}
-    profile = build_profile(pod(gpu("a", "1"), annotations=notes), rules)
+    profile = build_profile(pod(gpu("a", "1"), annotations=notes), as_context(rules))
     assert profile.memory_total == Decimal(7_500_000_000) * Decimal("0.5") * Decimal(factor)
 
 
@@ -108,14 +109,14 @@ def test_model_params_use_the_class_memory_factor(rules: Rules, workload: str, f
     ({"node_selector": {"nvidia.com/gpu.product": "NVIDIA_L4"}}, "NVIDIA_L4", "l4-24g"),
 ])
 def test_model_sources(rules: Rules, where: dict[str, Any], value: str, expected: str) -> None:
-    profile = build_profile(pod(gpu("a", "1"), **where), rules)
+    profile = build_profile(pod(gpu("a", "1"), **where), as_context(rules))
     assert profile.model_name == value
     assert profile.model is not None and profile.model.name == expected
 
 
 def test_annotation_model_wins_over_node_selector(rules: Rules) -> None:
     profile = build_profile(pod(gpu("a", "1"), annotations={"ai-admission.io/gpu-model": "l4"},
-                                node_selector={"gpu-type": "a100-80g"}), rules)
+                                node_selector={"gpu-type": "a100-80g"}), as_context(rules))
     assert profile.model is not None and profile.model.name == "l4-24g"
     assert profile.model_source == "annotation ai-admission.io/gpu-model"
 
@@ -128,7 +129,7 @@ def affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
 def test_affinity_with_several_values_is_judged_against_the_smallest_model(rules: Rules) -> None:
     p = pod(gpu("a", "1"))
     p["spec"]["affinity"] = affinity([{"key": "gpu-type", "operator": "In", "values": ["a100-80g", "h100-80g"]}])
-    profile = build_profile(p, rules)
+    profile = build_profile(p, as_context(rules))
     assert profile.model_name == "[a100-80g, h100-80g]"
     assert [m.name for m in profile.models] == ["h100-80g", "a100-80g"]  # 81559Mi < 81920Mi
     assert profile.model is not None and profile.model.name == "h100-80g"
@@ -139,25 +140,25 @@ def test_affinity_terms_are_alternatives(rules: Rules) -> None:
     p = pod(gpu("a", "1"))
     p["spec"]["affinity"] = affinity([{"key": "gpu-type", "operator": "In", "values": ["l4-24g"]}],
                                      [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L40S"]}])
-    assert [m.name for m in build_profile(p, rules).models] == ["l4-24g", "l40s-48g"]
+    assert [m.name for m in build_profile(p, as_context(rules)).models] == ["l4-24g", "l40s-48g"]
     p["spec"]["affinity"] = affinity([{"key": "gpu-type", "operator": "In", "values": ["l4-24g"]}],
                                      [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}])
-    assert build_profile(p, rules).model_name is None  # the second term runs anywhere: no model is pinned
+    assert build_profile(p, as_context(rules)).model_name is None  # the second term runs anywhere: no model is pinned
 
 
 def test_preemptible_comes_from_class_and_annotation_overrides(rules: Rules) -> None:
-    batch = build_profile(pod(gpu("a", "1")), rules)
+    batch = build_profile(pod(gpu("a", "1")), as_context(rules))
     assert batch.workload == "batch" and batch.preemptible is True
-    pinned = build_profile(pod(gpu("a", "1"), annotations={"ai-admission.io/preemptible": "false"}), rules)
+    pinned = build_profile(pod(gpu("a", "1"), annotations={"ai-admission.io/preemptible": "false"}), as_context(rules))
     assert pinned.preemptible is False
 
 
 def test_multi_node_annotation_and_world_size(rules: Rules) -> None:
     single = pod({"name": "t", "env": [{"name": "WORLD_SIZE", "value": "1"}], "resources": {"limits": {"nvidia.com/gpu": "1"}}},
                  annotations={"ai-admission.io/workload-type": "training"})
-    assert build_profile(single, rules).multi_node is False
+    assert build_profile(single, as_context(rules)).multi_node is False
     forced = pod(gpu("a", "1"), annotations={"ai-admission.io/multi-node": "true"})
-    assert build_profile(forced, rules).multi_node is True
+    assert build_profile(forced, as_context(rules)).multi_node is True
 
 
 def test_a_variable_set_twice_in_a_container_takes_the_later_value_as_the_kubelet_does(rules: Rules) -> None:
@@ -165,7 +166,7 @@ def test_a_variable_set_twice_in_a_container_takes_the_later_value_as_the_kubele
                  "resources": {"limits": {"nvidia.com/gpu": "1"}}},
                 {"name": "u", "env": [{"name": "WORLD_SIZE", "value": "8"}]},
                 annotations={"ai-admission.io/workload-type": "training"})
-    profile = build_profile(twice, rules)
+    profile = build_profile(twice, as_context(rules))
     assert (profile.multi_node, profile.multi_node_reason) == (True, "4 pods (env WORLD_SIZE=4)")  # first container
 
 
@@ -178,7 +179,7 @@ def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -
             node_selector={"gpu-type": "a100-80g"})
     infiniband = rules_with({"fabrics": {"byNodeLabel": [{"key": "gpu-type", "fabric": "infiniband"}],
                                          "env": {"infiniband": NCCL}}})
-    mutated = mutate_pod(p, build_profile(p, infiniband), infiniband).pod
+    mutated = mutate_pod(p, build_profile(p, as_context(infiniband)), as_context(infiniband)).pod
     trainer, logger = mutated["spec"]["containers"]
     assert [m["mountPath"] for m in trainer["volumeMounts"]] == ["/dev/shm"]
     assert {e["name"] for e in trainer["env"]} == {"NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME"}
@@ -189,7 +190,7 @@ def test_a_container_asking_for_zero_gpus_is_not_a_gpu_container(rules: Rules) -
 # -- how a container's accelerator amounts are read: the usual way, and every malformed way --------------------------
 
 def amounts_and_problems(rules: Rules, *containers: dict[str, Any]) -> tuple[dict[str, int], list[tuple[str, str]]]:
-    profile = build_profile(pod(*containers), rules)
+    profile = build_profile(pod(*containers), as_context(rules))
     return profile.gpus, [(f.code, f.message) for f in profile.problems]
 
 
@@ -239,7 +240,7 @@ def test_only_accelerators_are_counted(rules: Rules) -> None:
 
 
 def test_an_init_container_is_named_as_one(rules: Rules) -> None:
-    profile = build_profile(pod(gpu("app", "1"), init=[gpu("warmup", "0.5")]), rules)
+    profile = build_profile(pod(gpu("app", "1"), init=[gpu("warmup", "0.5")]), as_context(rules))
     assert [f.message for f in profile.problems] == [
         'init container "warmup": nvidia.com/gpu must be a whole number of devices, not 0.5']
 
@@ -253,22 +254,22 @@ def test_sidecars_add_to_the_app_and_to_the_init_containers_after_them(rules: Ru
     """KEP-753: a sidecar runs from its start on, so it adds to every plain init container after it and to the
     app containers; the pod asks for the larger of the two sums."""
     init = [gpu("proxy", "1", restart="Always"), gpu("warmup", str(warmup)), gpu("monitor", "1", restart="Always")]
-    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == expected
+    assert build_profile(pod(gpu("app", "1"), init=init), as_context(rules)).gpus == expected
 
 
 def test_an_init_container_before_any_sidecar_counts_alone(rules: Rules) -> None:
     init = [gpu("warmup", "2"), gpu("proxy", "1", restart="Always")]
-    assert build_profile(pod(gpu("app", "0"), init=init), rules).gpus == {"nvidia.com/gpu": 2}
+    assert build_profile(pod(gpu("app", "0"), init=init), as_context(rules)).gpus == {"nvidia.com/gpu": 2}
     init = [gpu("warmup", "2"), gpu("proxy", "2", restart="Always")]
-    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 3}
+    assert build_profile(pod(gpu("app", "1"), init=init), as_context(rules)).gpus == {"nvidia.com/gpu": 3}
 
 
 def test_sidecars_of_different_accelerators_stay_apart(rules: Rules) -> None:
     init = [gpu("proxy", "1", restart="Always", resource="amd.com/gpu"), gpu("warmup", "2")]
-    profile = build_profile(pod(gpu("app", "1"), init=init), rules)
+    profile = build_profile(pod(gpu("app", "1"), init=init), as_context(rules))
     assert profile.gpus == {"nvidia.com/gpu": 2, "amd.com/gpu": 1}
 
 
 def test_the_largest_plain_init_container_sets_the_peak(rules: Rules) -> None:
     init = [gpu("download", "3"), gpu("convert", "1")]
-    assert build_profile(pod(gpu("app", "1"), init=init), rules).gpus == {"nvidia.com/gpu": 3}
+    assert build_profile(pod(gpu("app", "1"), init=init), as_context(rules)).gpus == {"nvidia.com/gpu": 3}

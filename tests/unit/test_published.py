@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.contexts import as_context
 from webhook.cli.check import read_documents
 from webhook.core.documents import Report, check
 from webhook.core.rules import Rules
@@ -64,7 +65,7 @@ ROWS = rows()
 
 
 def judged(path: Path, rules: Rules) -> Report:
-    return check(list(read_documents([str(path)])), rules=rules)
+    return check(list(read_documents([str(path)])), context=as_context(rules))
 
 
 def test_the_table_lists_every_manifest() -> None:

@@ -19,6 +19,7 @@ import yaml
 
 from tests.support.builders import rules_with, run_check
 from tests.support.clusters import A100, a100_cluster, gke_cluster, node, with_nodes
+from tests.support.contexts import as_context
 from tests.support.reviews import apply_verdict
 from webhook.cli import audit as audit_cli
 from webhook.cluster.audit import Audit, judge, report_results
@@ -58,7 +59,7 @@ def server(params: str = "7B", precision: str = "bf16", gpus: int = 8, *, args: 
 
 
 def judged(pod: dict[str, Any], rules: Rules, mode: str = "deny") -> Verdict:
-    return judge_pod(copy.deepcopy(pod), rules=rules, mode=mode, subject='pod "serving/vllm-5f7d9c8b64-*"')
+    return judge_pod(copy.deepcopy(pod), ctx=as_context(rules), mode=mode, subject='pod "serving/vllm-5f7d9c8b64-*"')
 
 
 def codes(verdict: Verdict) -> list[str]:
@@ -66,7 +67,7 @@ def codes(verdict: Verdict) -> list[str]:
 
 
 def record(pod: dict[str, Any], rules: Rules) -> dict[str, Any]:
-    verdict = mutate_verdict(copy.deepcopy(pod), rules=rules, mode="deny")
+    verdict = mutate_verdict(copy.deepcopy(pod), ctx=as_context(rules), mode="deny")
     mutated = apply_verdict(pod, verdict)
     return dict(json.loads(mutated["metadata"]["annotations"][names.PROFILE]))
 
@@ -137,7 +138,7 @@ def test_a_pcie_model_is_told_one_node(rules: Rules) -> None:
 def test_what_takes_every_gpu_on_purpose_is_left_quiet(why: str, pod: dict[str, Any], rules: Rules) -> None:
     verdict = judged(pod, rules)
     assert verdict.allowed and codes(verdict) == [], (why, verdict.warnings)
-    profile = build_profile(copy.deepcopy(pod), rules)
+    profile = build_profile(copy.deepcopy(pod), as_context(rules))
     assert profile.gpus_needed == profile.gpu_count and profile.gpus_beyond_need == 0, why
 
 
@@ -229,7 +230,7 @@ def test_nothing_smaller_is_named_that_does_not_hold_it_or_that_no_node_has(rule
     assert codes(judged(server("7B", "bf16", 2, args=["-tp", "2"]), cluster)) == []
     # the A100 80GB and the H100 report 81920 and 81559 MiB: neither is a smaller card of the other
     a100 = with_nodes(a100_cluster(), rules)
-    assert [d.model.name for d in smaller_devices(a100, a100.catalog["a100-80g"], a100.catalog["a100-80g"].memory)] \
+    assert [d.model.name for d in smaller_devices(as_context(a100), a100.catalog["a100-80g"], a100.catalog["a100-80g"].memory)] \
         == ["l4-24g"]
     assert codes(judged(server(notes={names.GPU_MEMORY: "60Gi"}, gpus=1, selector={"gpu-type": "a100-80g"}), a100)) \
         == []
@@ -245,8 +246,8 @@ def test_a_mig_slice_a_node_offers_is_named(rules: Rules) -> None:
                                    "h100-80g")
     assert codes(judged(server(notes={names.GPU_MEMORY: "12Gi"}, gpus=1), cluster)) == ["gpu-fits-smaller-model"]
     # the largest smaller device of a card: what the facts tell the native policy
-    assert largest_smaller(cluster, cluster.catalog["h100-80g"]) == cluster.catalog["l4-24g"].memory
-    assert largest_smaller(cluster, cluster.catalog["l4-24g"]) == 10 * 10**9
+    assert largest_smaller(as_context(cluster), cluster.catalog["h100-80g"]) == cluster.catalog["l4-24g"].memory
+    assert largest_smaller(as_context(cluster), cluster.catalog["l4-24g"]) == 10 * 10**9
 
 
 def test_a_class_may_turn_the_smaller_card_off() -> None:
@@ -261,7 +262,7 @@ def test_every_message_fits_a_warning_whole(rules: Rules) -> None:
     found: list[Finding] = []
     for pod in (server("1.5T", "fp32", 16, selector={"gpu-type": "rtx-pro-6000-96g"}),
                 server("405B", "int4", 16), server(notes={names.GPU_MEMORY: "1536Mi"}, gpus=16)):
-        found += rightsizing_findings(build_profile(pod, cluster), cluster)
+        found += rightsizing_findings(build_profile(pod, as_context(cluster)), as_context(cluster))
     assert {f.code for f in found} == {"gpu-over-provisioned", "gpu-fits-smaller-model", "gpu-fits-mig-slice"}
     assert all(len(f.message) <= MAX_WARNING_CHARS for f in found), [len(f.message) for f in found]
 
@@ -311,7 +312,7 @@ def listed(rules: Rules) -> list[dict[str, Any]]:
 
 
 def test_audit_sums_the_gpus_asked_beyond_the_need_per_namespace_and_class(rules: Rules) -> None:
-    found = Audit(report=judge(listed(rules), rules=rules), namespaces=["ml-team", "serving"],
+    found = Audit(report=judge(listed(rules), context=as_context(rules)), namespaces=["ml-team", "serving"],
                   modes={"ml-team": "deny", "serving": "deny"})
     text = audit_cli.render_text(found)
     assert ("namespace serving (mode deny): 2 judged, 0 would be denied, 2 warned; 16 GPUs asked beyond the need "
@@ -327,7 +328,7 @@ def test_audit_sums_the_gpus_asked_beyond_the_need_per_namespace_and_class(rules
 
 
 def test_policy_reports_carry_the_finding_and_the_counts(rules: Rules) -> None:
-    report = judge(listed(rules), rules=rules)
+    report = judge(listed(rules), context=as_context(rules))
     entries = {(e["resources"][0]["name"], e["rule"]): e for e in report_results(report.results, "deny")}
     told = entries["mistral-7b", "gpu-over-provisioned"]
     assert told["result"] == "warn" and told["message"].startswith("needs 15.6Gi of GPU memory, which 1 h100-80g")

@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import ROOT, RULES_FILE
 from tests.support.builders import DEFAULT, broken
+from tests.support.contexts import as_context
 from webhook.config.rules_file import load_rules
 from webhook.core.admission import judge_pod, resolve_mode
 from webhook.core.rules import RulesError, compile_rules, parse_rules
@@ -73,7 +74,7 @@ def test_namespace_mode_map_needs_no_api_call() -> None:
     assert resolve_mode(rules, namespace="prod", path_mode=None) == "deny"
     assert resolve_mode(rules, namespace="sandbox", path_mode="deny") == "deny"
     bare = {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
-    verdict = judge_pod(bare, rules=rules, mode=resolve_mode(rules, namespace="sandbox", path_mode=None), subject="pod")
+    verdict = judge_pod(bare, ctx=as_context(rules), mode=resolve_mode(rules, namespace="sandbox", path_mode=None), subject="pod")
     assert verdict.allowed and any("would deny" in w for w in verdict.warnings)
 
 
@@ -96,7 +97,7 @@ def test_memory_is_what_the_device_reports() -> None:
 
 def test_every_vendor_of_an_accelerator_has_a_model() -> None:
     rules = load_rules(RULES_FILE)
-    assert set(rules.vendors.values()) <= {m.vendor for m in rules.catalog.values()}
+    assert set(rules.accelerators.vendors.values()) <= {m.vendor for m in rules.catalog.values()}
 
 
 def test_gpu_feature_discovery_names_resolve() -> None:

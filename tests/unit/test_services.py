@@ -15,6 +15,7 @@ from webhook.cluster.claims import ClaimWatch
 from webhook.cluster.informer import Api
 from webhook.cluster.nodes import NodeWatch
 from webhook.cluster.queues import QueueWatch
+from webhook.core.context import Context
 from webhook.core.rules import Rules
 from webhook.server.services import Services
 
@@ -26,9 +27,9 @@ DEVICE_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "meta
                          "extendedResourceName": "example.com/gpu"}}
 
 
-def knows_the_nodes(rules: Rules) -> bool:
-    """The rules in force carry what the node watch saw (the H100 node below)."""
-    return rules.nodes is not None and rules.nodes.present == {"h100-80g": "1 node x 8 GPUs"}
+def knows_the_nodes(context: Context) -> bool:
+    """The context a request is judged in knows what the node watch saw (the H100 node below)."""
+    return context.nodes is not None and context.nodes.present == {"h100-80g": "1 node x 8 GPUs"}
 
 
 def no_api() -> Api:
@@ -65,7 +66,7 @@ def kueue() -> Rules:
 
 def test_a_node_watch_that_knows_nothing_yet_is_wired_without_error(rules: Rules) -> None:
     services = Services.fixed(rules, node_watch=node_watch(rules))
-    assert services.rules.nodes is None and services.rules.catalog == rules.catalog
+    assert services.context.nodes is None and services.context.catalog == rules.catalog
     assert services.node_watch is not None and services.node_watch.on_change == services.set_discovered
 
 
@@ -78,9 +79,9 @@ def test_what_every_watch_already_knows_is_in_force_once_built(kueue: Rules) -> 
     assert len(orders) == 6
     for order in orders:
         services = Services(kueue, **{name: watches[name]() for name in order})
-        assert knows_the_nodes(services.rules), order
-        assert services.rules.queues is not None and services.rules.queues.names("ml-team") == ["batch", "training"]
-        assert services.rules.is_accelerator("example.com/gpu"), order
+        assert knows_the_nodes(services.context), order
+        assert services.context.cluster.queues is not None and services.context.cluster.queues.names("ml-team") == ["batch", "training"]
+        assert services.context.accelerators.is_accelerator("example.com/gpu"), order
 
 
 def test_a_queue_watch_that_has_not_listed_every_kind_merges_nothing(kueue: Rules) -> None:
@@ -88,26 +89,26 @@ def test_a_queue_watch_that_has_not_listed_every_kind_merges_nothing(kueue: Rule
     watch = queue_watch(kueue, None)
     watch.stores["LocalQueue"].replace(kueue_queues()[:2])
     services = Services.fixed(kueue, queue_watch=watch)
-    assert services.rules.queues is None
+    assert services.context.cluster.queues is None
     watch.stores["ClusterQueue"].replace(kueue_queues()[2:])
-    assert services.rules.queues is not None
+    assert services.context.cluster.queues is not None
 
 
 def test_a_watch_attached_later_is_merged_and_heard_from(rules: Rules) -> None:
     services = Services(rules)
     watch = node_watch(rules)
     services.attach(node_watch=watch)
-    assert not knows_the_nodes(services.rules)
+    assert not knows_the_nodes(services.context)
     watch.store.replace([gfd_node("h100-0", H100)])
-    assert knows_the_nodes(services.rules)
+    assert knows_the_nodes(services.context)
 
 
 def test_a_rules_reload_keeps_what_the_watches_gave(kueue: Rules) -> None:
     services = Services.fixed(kueue, node_watch=node_watch(kueue, gfd_node("h100-0", H100)),
                               queue_watch=queue_watch(kueue, kueue_queues()))
     services.set_rules(kueue)
-    assert services.rules.queues is not None
-    assert knows_the_nodes(services.rules)
+    assert services.context.cluster.queues is not None
+    assert knows_the_nodes(services.context)
 
 
 def test_each_watch_is_paced_by_its_own_setting(tmp_path: Any) -> None:

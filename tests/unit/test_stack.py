@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support.builders import CLI
+from tests.support.contexts import as_context
 from tests.support.fixtures import EXPECTED, STACK
 from webhook.cli.check import read_documents
 from webhook.core.documents import check
@@ -25,7 +26,7 @@ from webhook.core.workloads.generic import generic_templates
 
 
 def rows(paths: list[str], rules: Rules) -> list[list[Any]]:
-    report = check(list(read_documents(paths)), rules=rules)
+    report = check(list(read_documents(paths)), context=as_context(rules))
     found = []
     for r in report.results:
         profile = r.verdict.profile
@@ -61,7 +62,7 @@ def test_check_on_the_directory_judges_every_gpu_pod_spec(rules: Rules) -> None:
     for document in read_documents([str(STACK)]):
         obj = document.obj
         key = (str(obj["kind"]), str(obj["metadata"].get("name") or obj["metadata"].get("generateName")))
-        by_shape = len(generic_templates(obj, rules)) if obj["kind"] != "Pod" else 0
+        by_shape = len(generic_templates(obj, as_context(rules))) if obj["kind"] != "Pod" else 0
         assert judged.get(key, 0) >= by_shape, f"{document.where}: {key} has {by_shape} GPU pod specs, judged {judged.get(key)}"
     skipped = {(s["kind"], s["name"]) for s in report["skipped"]}
     assert skipped == {("Notebook", "research-cpu")}
@@ -80,12 +81,12 @@ def test_a_kind_ai_admission_does_not_know_is_read_generically_and_says_so() -> 
 
 
 def test_a_trainjob_takes_its_runtime_from_the_same_files(rules: Rules) -> None:
-    alone = check(list(read_documents([str(STACK / "trainjob.yaml")])), rules=rules).results
+    alone = check(list(read_documents([str(STACK / "trainjob.yaml")])), context=as_context(rules)).results
     assert [r.verdict.warnings[0] for r in alone] == [
         'runtime ClusterTrainingRuntime "torchtune-llama3.2-1b" is not known here: judged from the TrainJob\'s own '
         "fields (the runtime is judged on its own)"]
     together = check(list(read_documents([str(STACK / "trainjob.yaml"), str(STACK / "clustertrainingruntime.yaml")])),
-                     rules=rules).results
+                     context=as_context(rules)).results
     (trainjob,) = [r for r in together if r.kind == "TrainJob"]
     assert not any("is not known here" in w for w in trainjob.verdict.warnings)
     pod = trainjob.mutated
@@ -97,7 +98,7 @@ def test_a_trainjob_takes_its_runtime_from_the_same_files(rules: Rules) -> None:
 
 
 def test_a_model_fully_sharded_over_a_64_pod_job_fits(rules: Rules) -> None:
-    report = check(list(read_documents([str(STACK / "pytorchjob-405b-64-nodes.yaml")])), rules=rules)
+    report = check(list(read_documents([str(STACK / "pytorchjob-405b-64-nodes.yaml")])), context=as_context(rules))
     pretrain = [r for r in report.results if r.name == "llama-405b-pretrain"]
     assert [r.verdict.allowed for r in pretrain] == [True, True]
     assert pretrain[1].verdict.warnings == (

@@ -24,6 +24,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.builders import CLI
+from tests.support.contexts import as_context
 from webhook.cli.check import read_documents
 from webhook.core.documents import Report, Result, check
 from webhook.core.rules import Rules
@@ -34,7 +35,7 @@ MISSING = {"model": "gpu-model-missing", "memory": "gpu-memory-missing"}
 
 
 def report(filename: str, rules: Rules) -> Report:
-    return check(list(read_documents([str(UNSEEN / filename)])), rules=rules)
+    return check(list(read_documents([str(UNSEEN / filename)])), context=as_context(rules))
 
 
 def judged(found: Report, kind: str, name: str, where: str) -> list[Result]:

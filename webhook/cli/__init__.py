@@ -89,9 +89,10 @@ def _device_classes(args: argparse.Namespace, command: str) -> list[dict[str, An
 
 
 def _cluster_view(args: argparse.Namespace, command: str, rules: Rules) -> ClusterView | None:
-    """One read of the cluster's nodes, GPU DeviceClasses and (with a backend) queues; None once it said why one
-    of them cannot be read."""
-    from webhook.core.view.cluster_view import CLUSTER, ClusterView, Objects
+    """One read of the cluster's nodes, GPU DeviceClasses and (with a backend) queues, as a view; None once it said
+    why one of them cannot be read."""
+    from webhook.core.view.cluster_view import CLUSTER, Objects
+    from webhook.core.view.observe import observe
 
     discovered = _discover(args, command, rules)
     if discovered is None:
@@ -110,7 +111,7 @@ def _cluster_view(args: argparse.Namespace, command: str, rules: Rules) -> Clust
         except Exception as exc:  # noqa: BLE001 - API errors and the kubernetes client's configuration errors alike
             print(f"ai-admission {command}: cannot read the cluster's queues: {exc}", file=sys.stderr)
             return None
-    return ClusterView(nodes=discovered, device_classes=(Objects(tuple(classes), CLUSTER),), queues=queues)
+    return observe(rules, nodes=discovered, device_classes=(Objects(tuple(classes), CLUSTER),), queues=queues)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -121,16 +122,16 @@ def _check(args: argparse.Namespace) -> int:
     rules = _rules(args, "check")
     if rules is None:
         return 2
-    from webhook.core.view.cluster_view import NOTHING_KNOWN
+    from webhook.core.context import Context
 
-    cluster = NOTHING_KNOWN
+    context = Context(rules)
     if args.cluster:
         read = _cluster_view(args, "check", rules)
         if read is None:
             return 2
-        cluster = read
+        context = Context(rules, read)
     try:
-        report = check(list(read_documents(args.filename)), rules=rules, namespace=args.namespace, cluster=cluster)
+        report = check(list(read_documents(args.filename)), context=context, namespace=args.namespace)
     except InputError as exc:
         print(f"ai-admission check: {exc}", file=sys.stderr)
         return 2
@@ -158,6 +159,7 @@ def _catalog(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from webhook.cluster import audit
     from webhook.cluster import client as kube
+    from webhook.core.context import Context
 
     from . import audit as output
 
@@ -166,7 +168,7 @@ def _audit(args: argparse.Namespace) -> int:
         return 2
     namespace = None if args.all_namespaces else (args.namespace or kube.context_namespace(args.kubeconfig))
     try:
-        found = audit.audit(kube.client(args.kubeconfig), rules=rules, namespace=namespace)
+        found = audit.audit(kube.client(args.kubeconfig), context=Context(rules), namespace=namespace)
     except (kube.KubeError, OSError, ValueError) as exc:
         print(f"ai-admission audit: {exc}", file=sys.stderr)
         return 2

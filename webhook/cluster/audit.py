@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from webhook.core.admission import resolve_mode
+from webhook.core.context import Context
 from webhook.core.documents import Document, Report, Result, check
 from webhook.core.names import MODE_LABEL
 from webhook.core.rules import MODES, Rules
@@ -92,12 +93,12 @@ def _judged_elsewhere(obj: dict[str, Any], listed: set[str]) -> bool:
     return any(ref.get("controller") and ref.get("uid") in listed for ref in meta.get("ownerReferences") or [])
 
 
-def judge(objects: Iterable[dict[str, Any]], *, rules: Rules) -> Report:
+def judge(objects: Iterable[dict[str, Any]], *, context: Context) -> Report:
     objects = list(objects)
     listed = {str((o.get("metadata") or {}).get("uid")) for o in objects}
     documents = [Document(source="cluster", index=i, obj=o) for i, o in enumerate(objects)
                  if not _judged_elsewhere(o, listed)]
-    return check(documents, rules=rules)
+    return check(documents, context=context)
 
 
 def namespace_modes(api: Any, rules: Rules, namespaces: Iterable[str], errors: list[str]) -> dict[str, str]:
@@ -116,9 +117,12 @@ def namespace_modes(api: Any, rules: Rules, namespaces: Iterable[str], errors: l
     return modes
 
 
-def audit(api: Any, *, rules: Rules, namespace: str | None) -> Audit:
+def audit(api: Any, *, context: Context, namespace: str | None) -> Audit:
+    """What the webhook would say about what runs in the cluster (``namespace``, else every one), in ``context``:
+    the rules, and what the server's watches know of the cluster (nothing from the command line)."""
+    rules = context.rules
     objects, errors = list_objects(api, namespace, rules)
-    report = judge(objects, rules=rules)
+    report = judge(objects, context=context)
     namespaces = sorted({r.namespace for r in report.results} | ({namespace} if namespace else set()))
     return Audit(report=report, namespaces=namespaces, modes=namespace_modes(api, rules, namespaces, errors),
                  errors=errors)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from webhook.core.dra.claims import CLAIM, CLAIM_TEMPLATE, ClaimIndex
+from webhook.core.view.claims import CLAIM, CLAIM_TEMPLATE, ClaimIndex
 
 from .informer import Api, Informer, InformerGroup, Observer, api_calls
 

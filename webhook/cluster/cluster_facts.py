@@ -2,8 +2,8 @@
 ``ai-admission-cluster-facts`` that the classes' MutatingAdmissionPolicies read (`webhook.generate.native`), so
 that placement and the nodes' GPU taints need no webhook on the pod's path.
 
-What is written is `webhook.core.view.cluster_facts.facts_data` for the rules in force (the node watch's view in
-them) and the PriorityClasses' state (the PriorityClass watch's), whenever it differs from what is there. The
+What is written is `webhook.core.view.cluster_facts.facts_data` for the server's context (the node watch's view and
+the PriorityClasses' state beside the rules), whenever it differs from what is there. The
 object is created (empty where no node is known: the policies
 then act as the webhook does with no node watch) where the cluster serves its kind, which the native component
 installs; where it does not, nothing is written, no Lease is taken, and the kind is asked for again a minute later
@@ -22,9 +22,8 @@ import socket
 import time
 from typing import Any, Callable
 
-from webhook.core.rules import Rules
+from webhook.core.context import Context
 from webhook.core.view.cluster_facts import GROUP, NAME, PLURAL, VERSION, facts_data, param
-from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
 
 from . import client as kube
 from .background import Poller, ProblemLog
@@ -40,13 +39,11 @@ class FactsWriter(Poller):
     """Every ``interval`` seconds: is this worker, and this replica, the writer; then the facts, where they
     changed. ``last_outcome`` says what the last poll did (for tests and the log)."""
 
-    def __init__(self, rules: Callable[[], Rules], *, namespace: str, interval: float = 5.0,
+    def __init__(self, context: Callable[[], Context], *, namespace: str, interval: float = 5.0,
                  lock_dir: str | None = None, client: Callable[[], Any] = kube.client,
-                 identity: str | None = None, clock: Callable[[], float] = time.time,
-                 priority_classes: Callable[[], PriorityClassState] = lambda: UNCHECKED) -> None:
+                 identity: str | None = None, clock: Callable[[], float] = time.time) -> None:
         super().__init__(name="cluster-facts", interval=interval, immediately=True)
-        self._rules = rules
-        self._priority_classes = priority_classes
+        self._context = context
         self._lock = WorkerLock(LOCK_FILE, "the nodes' facts", lock_dir)
         self._client = client
         self._api: Any = None
@@ -69,7 +66,7 @@ class FactsWriter(Poller):
             return "another worker writes"
         if self._clock() < self._unserved_until:
             return "no parameter kind"
-        data = facts_data(self._rules(), self._priority_classes())
+        data = facts_data(self._context())
         try:
             if self._api is None:
                 self._api = self._client()

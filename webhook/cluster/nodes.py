@@ -62,7 +62,7 @@ class NodeStore:
         rules = self._rules()
         gpu = None if deleted else node_gpu(node, rules.model_keys)
         gpu_node = not deleted and (gpu is not None or has_gpu_resources(node))
-        facts = node_facts(node, rules.node_label_keys(), rules.is_device, gpu) if gpu_node else None
+        facts = node_facts(node, rules.node_label_keys(), rules.accelerators.is_device, gpu) if gpu_node else None
         unlabelled = gpu_node and gpu is None
         changed = (deleted or name not in self.nodes or self.nodes.get(name) != gpu or self.facts.get(name) != facts
                    or unlabelled != (name in self.unlabelled))

@@ -28,10 +28,9 @@ import time
 from typing import Any, Callable, Mapping
 
 from webhook.core import podview
+from webhook.core.context import Context
 from webhook.core.podgroups.plan import BASIC, GroupPlan, JobRef, job_of, joining_pods, plan_of, podgroup_body
 from webhook.core.podgroups.support import GROUP, NOT_KNOWN, POD_GROUP_LABEL, RESOURCE, VERSIONS, PodGroupApi, PodGroupSupport
-from webhook.core.rules import Rules
-from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
 from webhook.core.workloads.kinds import KINDS
 
 from . import client as kube
@@ -190,17 +189,15 @@ class PodGroupController(Poller):
     """Makes the groups the pods name (see the module docstring); ``made`` counts the groups it created and
     ``recounted`` the gangs it made again with the pods that came (a job whose count was not what its pods were)."""
 
-    def __init__(self, rules: Callable[[], Rules], support: Callable[[], PodGroupSupport], *, namespace: str,
+    def __init__(self, context: Callable[[], Context], support: Callable[[], PodGroupSupport], *, namespace: str,
                  interval: float = 5.0, lock_dir: str | None = None, client: Callable[[], Any] = kube.client,
                  api: Callable[[], Api] | None = None, identity: str | None = None,
                  clock: Callable[[], float] = time.time,
-                 priority_classes: Callable[[], PriorityClassState] = lambda: UNCHECKED,
                  observer: Observer | None = None, on_made: Callable[[str], None] | None = None,
                  on_recount: Callable[[str], None] | None = None, stall_seconds: float = STALL_SECONDS) -> None:
         super().__init__(name="pod-group-controller", interval=interval, immediately=True)
-        self._rules = rules
+        self._context = context
         self._support = support
-        self._priority_classes = priority_classes
         self._namespace = namespace
         self._client = client
         self._calls = api or (lambda: api_calls(query={"labelSelector": POD_GROUP_LABEL}))
@@ -357,12 +354,12 @@ class PodGroupController(Poller):
 
     def _plan(self, job: Mapping[str, Any], api_info: PodGroupApi) -> GroupPlan | None:
         """The job's group: its count the pods that join it (`joining_pods`), the rest from the first of them."""
-        rules = self._rules()
-        joining = joining_pods(job, rules)
+        context = self._context()
+        joining = joining_pods(job, context)
         if joining is None:
             return None
         pods, profile = joining
-        return plan_of(profile, rules, api_info, pods=pods, priority_classes=self._priority_classes())
+        return plan_of(profile, context, api_info, pods=pods)
 
     def stop(self) -> None:
         super().stop()

@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from webhook.core.context import Context
 from webhook.core.documents import Result
 from webhook.core.rules import Rules
 
@@ -61,14 +62,15 @@ def _timestamped(results: list[dict[str, Any]], old: list[dict[str, Any]], now: 
     return [{**entry, "timestamp": found.get(_key(entry)) or stamp} for entry in results]
 
 
-def write_reports(api: Any, rules: Rules, *, now: float | None = None,
+def write_reports(api: Any, context: Context, *, now: float | None = None,
                   known: ObjectStore | None = None) -> dict[str, str]:
     """Bring every namespace's report up to date; namespace -> "created", "updated" or "unchanged".
 
     ``known``: our reports as a watch keeps them (listed here when None); what is written is put there too.
     """
     now = time.time() if now is None else now
-    found = audit(api, rules=rules, namespace=None)
+    rules = context.rules
+    found = audit(api, context=context, namespace=None)
     by_namespace: dict[str, list[Result]] = defaultdict(list)
     for result in found.report.results:
         by_namespace[result.namespace].append(result)
@@ -108,11 +110,11 @@ class ReportWriter(Poller):
     """Checks every ``interval`` seconds whether reports are on, whether this worker writes them, and whether a
     refresh is due (the rules' ``intervalSeconds``); rules reloaded with the switch flipped take effect here."""
 
-    def __init__(self, rules: Callable[[], Rules], *, interval: float = 10.0, lock_dir: str | None = None,
+    def __init__(self, context: Callable[[], Context], *, interval: float = 10.0, lock_dir: str | None = None,
                  client: Callable[[], Any] = kube.client, watch: Callable[[], Api] | None = None,
                  observer: Observer | None = None) -> None:
         super().__init__(name="policy-reports", interval=interval, immediately=True)
-        self._rules = rules
+        self._context = context
         self._lock = WorkerLock(LOCK_FILE, "the PolicyReports", lock_dir)
         self._client = client
         self._api: Any = None
@@ -130,8 +132,8 @@ class ReportWriter(Poller):
             self.reports.stop()
 
     def poll(self) -> str:
-        rules = self._rules()
-        current = settings(rules)
+        context = self._context()
+        current = settings(context.rules)
         if not current.enabled:
             return "off"
         if not self._lock.held():
@@ -150,7 +152,7 @@ class ReportWriter(Poller):
                 self.reports = Informer("policyreports", f"/apis/{GROUP}/{VERSION}/{PLURAL}", self._known,
                                         self._watch_api, resync=current.interval, observer=self._observer).start()
             synced = self.reports.status.synced
-            self.last_outcome = write_reports(self._api, rules, known=self._known if synced else None)
+            self.last_outcome = write_reports(self._api, context, known=self._known if synced else None)
         except Exception as exc:  # noqa: BLE001 - the API or a bug: logged, retried at the next refresh
             self._problem(f"{type(exc).__name__}: {exc}")
             return "failed"

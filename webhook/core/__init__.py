@@ -8,13 +8,15 @@ compiled). It runs on every pod creation in the cluster, so setup.py compiles ev
 `make lint` enforces the rule with import-linter (the contracts in setup.cfg).
 
 The spine is flat and the features that span its stages are folders beside it (`workloads`, `backends`,
-`bypasses`, `rightsizing`, `dra`, `view`), each with its rules block, findings and writes; `validate.CHECKS` and
-`mutate.STEPS` list what is decided, and setup.cfg's "The core's order" contract keeps the direction.
+`bypasses`, `podgroups`, `rightsizing`, `dra`, `view`), each with its rules block, findings and writes;
+`validate.CHECKS` and `mutate.STEPS` list what is decided, and setup.cfg's "The core's order" contract keeps the
+direction of every module.
 
 One direction of flow, a module per step: request (`review`) -> pod (`podview`, `hints`) -> class (`classify`)
 -> profile (`models`, `parallelism`, `profile`, `dra`) -> findings (`validate.CHECKS`, `findings`) -> verdict
 (`admission.verdict_of`) -> patch (`mutate`, `patch`) -> response (`review.build_response`). Objects with pod templates
 become the pods they make (`workloads`); the rules are compiled once (`rules`: what the file says); what is
-known of the cluster is one value beside them (`view.cluster_view.ClusterView`), which `in_force` merges into
-the rules a request is judged by; sets of objects are judged by `documents`.
+known of the cluster is one value beside them (`view.cluster_view.ClusterView`), its parts built once per change of
+their input (`view.observe`), and a request is judged in the two side by side (`context.Context`); sets of objects
+are judged by `documents`.
 """

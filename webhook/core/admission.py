@@ -14,20 +14,19 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import podview
 from .backends.scheduling import backend_findings, owner_mutation
 from .bypasses.paths import bypass_findings
+from .context import Context
 from .dra import claims as dra
 from .findings import Finding
 from .mutate import mutate_pod, void_ephemeral
 from .podgroups import plan as groups
 from .podgroups.support import GROUP as WORKLOAD_GROUP
-from .podgroups.support import NOT_KNOWN, RESOURCE, PodGroupApi, PodGroupSupport
+from .podgroups.support import RESOURCE, PodGroupApi
 from .profile import Profile, build_profile
 from .review import MAX_WARNING_CHARS, AdmissionRequest, build_response
 from .rules import MODES, Rules
 from .validate import CheckContext, validate
-from .view.cluster_view import NOTHING_KNOWN, ClusterView
-from .view.priority_state import UNCHECKED, PriorityClassState
-from .workloads.generic import generic_templates, readable
-from .workloads.kinds import group_of, templates_of
+from .view import claims as claim_view
+from .workloads.kinds import group_of, pod_templates, templates_of
 from .workloads.parallelism import World
 from .workloads.templates import TABLE_READER, Resolver
 
@@ -112,8 +111,8 @@ def verdict_of(findings: Iterable[Finding], *, mode: str, header: str, profile: 
                        warnings=[*notes, *(f.message for f in ordered if f.severity == "warn")])
 
 
-def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, world: World | None = None,
-              notes: tuple[str, ...] = (), claims: dra.ClaimSource | None = None, namespace: str = "",
+def judge_pod(pod: Mapping[str, Any], *, ctx: Context, mode: str, subject: str, world: World | None = None,
+              notes: tuple[str, ...] = (), claims: claim_view.ClaimSource | None = None, namespace: str = "",
               template: bool = False) -> Verdict:
     """Validate ``pod`` and turn findings into a verdict according to ``mode`` (deny, warn or audit).
 
@@ -123,8 +122,8 @@ def judge_pod(pod: Mapping[str, Any], *, rules: Rules, mode: str, subject: str, 
     decides the exemptions of GPU infrastructure from the bypass findings (`webhook.core.bypasses.paths`);
     ``template``: the pod a controller's template makes, whose object `judge_object` holds to the backend as a whole.
     """
-    profile = build_profile(pod, rules, claims, world=world)
-    findings = validate(CheckContext(pod, profile, rules, namespace=namespace, template=template))
+    profile = build_profile(pod, ctx, claims, world=world)
+    findings = validate(CheckContext(pod, profile, ctx, namespace=namespace, template=template))
     return verdict_of(findings, mode=mode, header=_header(subject, profile), profile=profile, notes=notes)
 
 
@@ -150,10 +149,10 @@ def object_subject(obj: Mapping[str, Any], *, kind: str, namespace: str = "", na
                             namespace=namespace or str(meta.get("namespace") or "") or None)
 
 
-def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str | None = None,
+def judge_object(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str | None = None,
                  kind: str | None = None, namespace: str = "", old: Mapping[str, Any] | None = None,
-                 resolve: Resolver | None = None, generic: bool = True, claims: dra.ClaimSource | None = None,
-                 pod_groups: PodGroupSupport = NOT_KNOWN) -> tuple[Verdict, list[TemplateVerdict]] | None:
+                 resolve: Resolver | None = None, generic: bool = True, claims: claim_view.ClaimSource | None = None,
+                 ) -> tuple[Verdict, list[TemplateVerdict]] | None:
     """Judge every pod template of a controller or CRD as the pod it will produce (None: no templates to judge).
 
     A kind ai-admission does not know is read generically (``generic``): its pod specs that ask for accelerators
@@ -161,18 +160,13 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
     changed are judged, so scaling a legacy Deployment that predates the policy is not blocked. ``resolve`` finds
     objects a template refers to (a TrainJob's runtime) where they are known.
     """
-    found = templates_of(obj, rules=rules, group=group, kind=kind, resolve=resolve)
-    group = group if group is not None else group_of(str(obj.get("apiVersion", "")))
-    generic = generic and readable(group)
+    found = pod_templates(obj, ctx=ctx, group=group, kind=kind, resolve=resolve, generic=generic)
     if found is None:
-        found = generic_templates(obj, rules) if generic else []
-        if not found:
-            return None
+        return None
+    group = group if group is not None else group_of(str(obj.get("apiVersion", "")))
     kind = kind or str(obj.get("kind", ""))
     if old is not None:
-        previous = templates_of(old, rules=rules, group=group, kind=kind, resolve=resolve)
-        if previous is None:
-            previous = generic_templates(old, rules) if generic else []
+        previous = pod_templates(old, ctx=ctx, group=group, kind=kind, resolve=resolve, generic=generic) or []
         before = {t.path: t.template for t in previous}
     else:
         before = {}
@@ -181,12 +175,12 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
     profiles: list[Profile] = []  # of every template, judged or not (the backend holds the whole job)
     for template in found:
         if old is not None and before.get(template.path) == template.template:
-            profiles.append(build_profile(template.pod, rules, claims, world=template.world))
+            profiles.append(build_profile(template.pod, ctx, claims, world=template.world))
             continue
         pod = template.pod
         if namespace and "namespace" not in pod["metadata"]:
             pod["metadata"]["namespace"] = namespace
-        verdict = judge_pod(pod, rules=rules, mode=mode, subject=f"{subject} {template.path}", world=template.world,
+        verdict = judge_pod(pod, ctx=ctx, mode=mode, subject=f"{subject} {template.path}", world=template.world,
                             notes=template.notes, claims=claims, template=True)
         results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader,
                                        replicas=template.replicas))
@@ -195,10 +189,11 @@ def judge_object(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str 
     if not results:
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
     extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found], profiles=profiles,
-                             replicas=[t.replicas for t in found], rules=rules, namespace=namespace)
-    if (group, kind) == groups.JOB and not rules.scheduler.active and results:
+                             replicas=[t.replicas for t in found], ctx=ctx, namespace=namespace)
+    if (group, kind) == groups.JOB and not ctx.rules.scheduler.active and results:
         grouping = groups.job_grouping_finding(
-            obj, multi_node=any(groups.groups_class(p, rules) and p.multi_node for p in profiles), support=pod_groups)
+            obj, multi_node=any(groups.groups_class(p, ctx) and p.multi_node for p in profiles),
+            support=ctx.cluster.pod_groups)
         extra = [*extra, grouping] if grouping is not None else extra
     if extra:  # the object as a whole: a result of its own, path "" (check and audit list it beside the templates)
         whole = verdict_of(extra, mode=mode, header=f"{subject} was denied by ai-admission:")
@@ -222,35 +217,33 @@ def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
                    audit_annotations=audit)
 
 
-def mutate_verdict(pod: Mapping[str, Any], *, rules: Rules, mode: str, priority_classes: PriorityClassState = UNCHECKED,
-                   claims: dra.ClaimSource | None = None, namespace: str = "",
-                   pod_groups: PodGroupSupport = NOT_KNOWN) -> Verdict:
+def mutate_verdict(pod: Mapping[str, Any], *, ctx: Context, mode: str, claims: claim_view.ClaimSource | None = None,
+                   namespace: str = "") -> Verdict:
     """Mutation always admits (validation is the validating webhook's job) and carries the patch."""
-    profile = build_profile(pod, rules, claims)
-    mutation = mutate_pod(pod, profile, rules, missing_priority_classes=priority_classes.missing_priority_classes,
-                          differing_priority_classes=priority_classes.differing_priority_classes, namespace=namespace,
-                          pod_groups=pod_groups)
+    profile = build_profile(pod, ctx, claims)
+    mutation = mutate_pod(pod, profile, ctx, namespace=namespace)
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=tuple(mutation.warnings),
                    patch=tuple(mutation.patch))
 
 
-def pod_group_verdict(podgroup: Mapping[str, Any], *, version: str, rules: Rules, mode: str,
-                      view: ClusterView) -> Verdict | None:
+def pod_group_verdict(podgroup: Mapping[str, Any], *, version: str, ctx: Context, mode: str,
+                      ) -> Verdict | None:
     """A PodGroup at its CREATE: the Job controller's gets what the profile of its Job's template knows
     (`webhook.core.podgroups.plan.for_job_controllers_group`), the Job as the server's watch has it; None for any
     other, with a queueing backend, or where the Job is not known (the watch is behind)."""
-    support = view.pod_groups
-    if support.api is None or rules.scheduler.active or view.jobs is None:
+    support = ctx.cluster.pod_groups
+    jobs = ctx.cluster.jobs
+    if support.api is None or ctx.rules.scheduler.active or jobs is None:
         return None
     api = PodGroupApi(version=version, topology=support.api.topology, preemption=support.api.preemption)
-    given = groups.for_job_controllers_group(podgroup, view.jobs, rules, api, view.priority_classes)
+    given = groups.for_job_controllers_group(podgroup, jobs, ctx, api)
     if given is None:
         return None
     profile, ops, notes = given
     return Verdict(allowed=True, mode=mode, profile=profile, warnings=notes, patch=tuple(ops))
 
 
-def judge_claim(obj: Mapping[str, Any], *, rules: Rules, mode: str, kind: str, namespace: str = "",
+def judge_claim(obj: Mapping[str, Any], *, ctx: Context, mode: str, kind: str, namespace: str = "",
                 old: Mapping[str, Any] | None = None) -> Verdict | None:
     """A DRA ResourceClaim or ResourceClaimTemplate: its GPU requests must pin the model and state the memory.
 
@@ -258,13 +251,13 @@ def judge_claim(obj: Mapping[str, Any], *, rules: Rules, mode: str, kind: str, n
     changes neither the requests nor the ai-admission annotations (the spec is immutable; metadata is not), and a
     claim that asks for no GPU (a NIC, a compute domain).
     """
-    if kind not in dra.CLAIM_KINDS or dra.is_generated(obj):
+    if kind not in claim_view.CLAIM_KINDS or dra.is_generated(obj):
         return None
-    if not dra.analyse_claim(obj, kind, rules).requests:
+    if not dra.analyse_claim(obj, kind, ctx).requests:
         return None
     if old is not None and dra.judged_parts(old, kind) == dra.judged_parts(obj, kind):
         return None
-    return verdict_of(dra.claim_findings(obj, kind, rules), mode=mode,
+    return verdict_of(dra.claim_findings(obj, kind, ctx), mode=mode,
                       header=f"{object_subject(obj, kind=kind, namespace=namespace)} was denied by ai-admission:")
 
 
@@ -276,9 +269,9 @@ def is_pod(group: str, kind: str) -> bool:
     return group == "" and kind == "Pod"
 
 
-def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: str, namespace: str = "",
-          subject: str | None = None, old: Mapping[str, Any] | None = None, claims: dra.ClaimSource | None = None,
-          resolve: Resolver | None = None, pod_groups: PodGroupSupport = NOT_KNOWN,
+def judge(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str, kind: str, namespace: str = "",
+          subject: str | None = None, old: Mapping[str, Any] | None = None, claims: claim_view.ClaimSource | None = None,
+          resolve: Resolver | None = None,
           ) -> tuple[Verdict, list[TemplateVerdict]] | None:
     """The verdict for any object, by what it is: a pod, a DRA claim or claim template, or an object with pod
     templates (a controller, an AI CRD, a kind found by shape); None when there is nothing to judge.
@@ -288,14 +281,14 @@ def judge(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: 
     template refers to (a TrainJob's runtime), where they are known.
     """
     if is_pod(group, kind):
-        verdict = judge_pod(obj, rules=rules, mode=mode, claims=claims, namespace=namespace,
+        verdict = judge_pod(obj, ctx=ctx, mode=mode, claims=claims, namespace=namespace,
                             subject=subject or object_subject(obj, kind="pod", namespace=namespace))
         return verdict, []
     if group == dra.GROUP:
-        claim = judge_claim(obj, rules=rules, mode=mode, kind=kind, namespace=namespace, old=old)
+        claim = judge_claim(obj, ctx=ctx, mode=mode, kind=kind, namespace=namespace, old=old)
         return (claim, []) if claim is not None else None
-    return judge_object(obj, rules=rules, mode=mode, group=group, kind=kind, namespace=namespace, old=old,
-                        resolve=resolve, claims=claims, pod_groups=pod_groups)
+    return judge_object(obj, ctx=ctx, mode=mode, group=group, kind=kind, namespace=namespace, old=old,
+                        resolve=resolve, claims=claims)
 
 
 # What a request is judged as (`Route.action`): a pod mutated at its CREATE, the Job controller's PodGroup at its
@@ -352,47 +345,46 @@ def route_of(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mod
                  old=request.old_object if request.operation == "UPDATE" else None, cacheable=cacheable)
 
 
-def decide(request: AdmissionRequest, *, rules: Rules, endpoint: str, path_mode: str | None = None,
-           view: ClusterView = NOTHING_KNOWN, route: Route | None = None) -> Verdict | None:
+def decide(request: AdmissionRequest, *, ctx: Context, endpoint: str, path_mode: str | None = None,
+           route: Route | None = None) -> Verdict | None:
     """The verdict for a request, or None when ai-admission does not act on it (allowed, unchanged), by its
-    ``route`` (`route_of`; worked out here where the caller has none). ``rules``: the rules in force
-    (`webhook.core.view.cluster_view.in_force`); ``view``: the cluster as last seen, of which a request reads the
-    PriorityClasses' state, the claims and the Workload API's support.
+    ``route`` (`route_of`; worked out here where the caller has none), in ``ctx``: the rules file and the cluster as
+    last seen (its nodes, DeviceClasses and queues, PriorityClasses, claims and the Workload API's support).
     """
-    route = route or route_of(request, rules=rules, endpoint=endpoint, path_mode=path_mode)
+    route = route or route_of(request, rules=ctx.rules, endpoint=endpoint, path_mode=path_mode)
     action, namespace, mode = route.action, route.namespace, route.mode
     if action == NOTHING or request.object is None:
         return None
     if action == EPHEMERAL_CONTAINER:
-        return ephemeral_verdict(request.object, request.old_object, rules=rules, mode=mode, namespace=namespace,
+        return ephemeral_verdict(request.object, request.old_object, ctx=ctx, mode=mode, namespace=namespace,
                                  mutate=endpoint == MUTATE, subject=route.subject)
     if action == POD_GROUP:
-        return pod_group_verdict(request.object, version=request.version, rules=rules, mode=mode, view=view)
+        return pod_group_verdict(request.object, version=request.version, ctx=ctx, mode=mode)
     if action == OWNER:
-        return owner_verdict(request.object, rules=rules, mode=mode, group=request.group, kind=request.kind,
+        return owner_verdict(request.object, ctx=ctx, mode=mode, group=request.group, kind=request.kind,
                              namespace=namespace)
-    source = view.claims.source(namespace) if view.claims is not None else None
+    claims = ctx.cluster.claims
+    source = claims.source(namespace) if claims is not None else None
     if action == MUTATE_POD:
-        return mutate_verdict(request.object, rules=rules, mode=mode, priority_classes=view.priority_classes,
-                              claims=source, namespace=namespace, pod_groups=view.pod_groups)
-    judged = judge(request.object, rules=rules, mode=mode, group=request.group, kind=route.kind, namespace=namespace,
-                   subject=route.subject or None, old=route.old, claims=source, pod_groups=view.pod_groups)
+        return mutate_verdict(request.object, ctx=ctx, mode=mode, claims=source, namespace=namespace)
+    judged = judge(request.object, ctx=ctx, mode=mode, group=request.group, kind=route.kind, namespace=namespace,
+                   subject=route.subject or None, old=route.old, claims=source)
     return judged[0] if judged else None
 
 
-def owner_verdict(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str, kind: str,
+def owner_verdict(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str, kind: str,
                   namespace: str = "") -> Verdict | None:
     """An owner of the kinds table at its CREATE, with the scheduler backend's vocabulary written on it and its
     templates (`webhook.core.backends.scheduling.owner_mutation`); None when the backend writes nothing."""
-    if not rules.scheduler.active:
+    if not ctx.rules.scheduler.active:
         return None
-    found = templates_of(obj, rules=rules, group=group, kind=kind)
+    found = templates_of(obj, ctx=ctx, group=group, kind=kind)
     if not found:
         return None
     for template in found:
         if namespace and "namespace" not in template.pod["metadata"]:
             template.pod["metadata"]["namespace"] = namespace
-    mutation = owner_mutation(obj, group=group, kind=kind, templates=found, rules=rules)
+    mutation = owner_mutation(obj, group=group, kind=kind, templates=found, ctx=ctx)
     if not mutation.patch and not mutation.warnings:
         return None
     return Verdict(allowed=True, mode=mode, profile=None, warnings=tuple(fitted(w) for w in mutation.warnings),
@@ -402,7 +394,7 @@ def owner_verdict(obj: Mapping[str, Any], *, rules: Rules, mode: str, group: str
 EPHEMERAL = "ephemeralcontainers"
 
 
-def ephemeral_verdict(pod: Mapping[str, Any], old: Mapping[str, Any] | None, *, rules: Rules, mode: str,
+def ephemeral_verdict(pod: Mapping[str, Any], old: Mapping[str, Any] | None, *, ctx: Context, mode: str,
                       namespace: str, mutate: bool, subject: str) -> Verdict | None:
     """An ephemeral container added to a running pod (``kubectl debug``, the ``pods/ephemeralcontainers``
     subresource): it can ask for no resources, so it never asks for a GPU, but it runs under the pod's
@@ -413,17 +405,17 @@ def ephemeral_verdict(pod: Mapping[str, Any], old: Mapping[str, Any] | None, *, 
               if isinstance(c, dict) and isinstance(c.get("name"), str)}
     added = [(index, c) for index, c in enumerate(podview.as_list(podview.spec(pod).get("ephemeralContainers")))
              if isinstance(c, dict) and not (isinstance(c.get("name"), str) and c["name"] in before)]
-    bypasses = rules.bypasses
+    bypasses = ctx.rules.bypasses
     if not added or not bypasses.enabled:
         return None
     if mutate:
-        voided = void_ephemeral(pod, frozenset(index for index, _ in added), rules, namespace)
+        voided = void_ephemeral(pod, frozenset(index for index, _ in added), ctx.rules, namespace)
         return Verdict(allowed=True, mode=mode, profile=None, patch=tuple(voided.patch)) if voided.patch else None
     view = {"apiVersion": "v1", "kind": "Pod", "metadata": podview.metadata(pod),
             "spec": {"ephemeralContainers": [c for _, c in added],
                      "serviceAccountName": podview.spec(pod).get("serviceAccountName")}}
-    profile = build_profile(view, rules)
-    findings = bypass_findings(view, profile, rules, namespace)
+    profile = build_profile(view, ctx)
+    findings = bypass_findings(view, profile, ctx, namespace)
     if not findings:
         return None
     return verdict_of(findings, mode=mode, header=f"{subject}: an ephemeral container was denied by ai-admission:",

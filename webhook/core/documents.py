@@ -15,10 +15,12 @@ from typing import Any, Iterable
 from . import podview
 from .admission import Verdict, is_pod, judge, resolve_mode
 from .bypasses import env_sources
+from .context import Context
 from .dra import claims as dra
 from .mutate import mutate_pod
-from .rules import Rules
-from .view.cluster_view import INPUT, NOTHING_KNOWN, ClusterView, Objects, in_force
+from .view import claims as claim_view
+from .view.cluster_view import INPUT, Objects
+from .view.observe import classes_seen, queues_seen
 from .workloads.generic import gpu_mentions, readable
 from .workloads.kinds import KINDS, group_of
 
@@ -128,12 +130,12 @@ class Index:
 
 
 def _is_claim(obj: dict[str, Any]) -> bool:
-    return obj.get("kind") in dra.CLAIM_KINDS and str(obj.get("apiVersion", "")).startswith(dra.GROUP + "/")
+    return obj.get("kind") in claim_view.CLAIM_KINDS and str(obj.get("apiVersion", "")).startswith(dra.GROUP + "/")
 
 
-def _claim_index(documents: list[Document], namespace: str | None) -> dra.ClaimIndex:
+def _claim_index(documents: list[Document], namespace: str | None) -> claim_view.ClaimIndex:
     """The claims and templates among the input, each in its namespace (as the server's watch holds them)."""
-    index = dra.ClaimIndex()
+    index = claim_view.ClaimIndex()
     for document in documents:
         if _is_claim(document.obj):
             obj = document.obj
@@ -156,23 +158,26 @@ def _replicas(obj: dict[str, Any], group: str, kind: str, pods: int) -> int:
     return value if type(value) is int and value >= 0 else 1
 
 
-def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None = None,
-          cluster: ClusterView = NOTHING_KNOWN) -> Report:
+def check(documents: Iterable[Document], *, context: Context, namespace: str | None = None) -> Report:
     """Judge every document exactly as the webhook would (the mode in force for its namespace applies).
 
     Each object goes through `webhook.core.admission.judge`, the function the webhook's `decide` calls: pods,
     DRA claims with GPU requests, and the pod templates of every kind (the table's, or found by shape);
     objects with nothing to judge are skipped. Pods and templates are also mutated, for ``-o yaml``.
 
-    ``rules`` are the file's; ``cluster`` is what was read of a cluster (``check --cluster``), to which the input
-    adds its own DeviceClasses, its claims, and its queues where the cluster's are not known.
+    ``context``: the rules, and what is known of the cluster (``check --cluster``'s read, the server's watches for
+    ``audit``; nothing offline), to which the input adds its own DeviceClasses, its claims, and its queues where the
+    cluster's are not known.
     """
     report = Report()
     documents = list(documents)
+    rules = context.rules
     given = Objects(tuple(d.obj for d in documents), INPUT)
+    cluster = context.cluster
+    classes = classes_seen(rules, (given,), cluster.gpu_classes)
+    queues = cluster.queues or queues_seen(rules, given, classes.accelerators if classes else rules.accelerators)
     claims = _claim_index(documents, namespace)
-    rules = in_force(rules, replace(cluster, device_classes=(*cluster.device_classes, given),
-                                    queues=cluster.queues or given))
+    ctx = Context(rules, replace(cluster, gpu_classes=classes, queues=queues, claims=claims))
     index = Index(documents)
     for document in documents:
         obj = document.obj
@@ -186,12 +191,12 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
         name = str(meta.get("name") or meta.get("generateName") or "")
         # the keys of the ConfigMaps and Secrets among the files, where a container takes env from them
         seen = env_sources.expand(obj, index.find, ns)
-        judged = judge(seen, rules=rules, mode=mode, group=group, kind=kind, namespace=ns, claims=claims.source(ns),
+        judged = judge(seen, ctx=ctx, mode=mode, group=group, kind=kind, namespace=ns, claims=claims.source(ns),
                        resolve=index.find)
         if judged is None:
             report.skipped.append(document)
             if known is None and readable(group):
-                mentions = gpu_mentions(obj, rules)
+                mentions = gpu_mentions(obj, ctx)
                 if mentions:
                     report.unread[id(document)] = mentions
             continue
@@ -200,7 +205,7 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
             report.results.append(Result(document, kind, name, ns, None, verdict, workload="-", reader="claim"))
         elif is_pod(group, kind):
             profile = verdict.profile
-            mutated = mutate_pod(obj, profile, rules, namespace=ns).pod if profile else None
+            mutated = mutate_pod(obj, profile, ctx, namespace=ns).pod if profile else None
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
                                          profile.workload if profile else "none",
                                          profile.classification.reason if profile else "", reader="pod"))
@@ -211,7 +216,7 @@ def check(documents: Iterable[Document], *, rules: Rules, namespace: str | None 
                                              reader=template.reader))
                 continue
             assert profile is not None  # judge_pod always profiles the pod
-            mutated = mutate_pod(template.pod, profile, rules, namespace=ns).pod
+            mutated = mutate_pod(template.pod, profile, ctx, namespace=ns).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
                                          profile.workload, profile.classification.reason, template.reader,
                                          _replicas(obj, group, kind, template.replicas)))

@@ -19,9 +19,10 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from . import podview
+from .context import Context
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
-from .rules import GpuModel, InstanceType, Rules
+from .rules import GpuModel, InstanceType
 
 MIB = Decimal(2**20)
 GB = Decimal(10**9)
@@ -79,19 +80,19 @@ def _by_memory(models: list[GpuModel]) -> tuple[GpuModel, ...]:
     return tuple(sorted(unique.values(), key=lambda m: (m.memory, m.name)))
 
 
-def _named(values: list[str], rules: Rules, written: str, source: str) -> ModelChoice:
+def _named(values: list[str], ctx: Context, written: str, source: str) -> ModelChoice:
     """Models named directly by catalog name or node-label value (a MIG product label also sizes the device)."""
     models: list[GpuModel] = []
     unknown: list[str] = []
     slices: list[Decimal] = []
     profiles: set[str] = set()
     for value in values:
-        model = rules.find_model(value)
+        model = ctx.find_model(value)
         if model is None:
             unknown.append(value)
             continue
         models.append(model)
-        suffix = rules.model_label_suffix.search(value) if rules.model_label_suffix else None
+        suffix = ctx.rules.model_label_suffix.search(value) if ctx.rules.model_label_suffix else None
         if suffix is not None and "mem" in suffix.groupdict() and suffix.group("mem"):
             slices.append(Decimal(suffix.group("mem")) * GB)
             profiles.add(f"{suffix.group('g')}g.{suffix.group('mem')}gb")
@@ -101,17 +102,17 @@ def _named(values: list[str], rules: Rules, written: str, source: str) -> ModelC
                        device=f"MIG {'/'.join(sorted(profiles))} slice" if sliced else "")
 
 
-def _instance_types(values: list[str], rules: Rules, written: str, source: str) -> ModelChoice:
-    known: list[InstanceType] = [rules.instance_types[v] for v in values if v in rules.instance_types]
-    unknown = tuple(v for v in values if v not in rules.instance_types)
+def _instance_types(values: list[str], ctx: Context, written: str, source: str) -> ModelChoice:
+    known: list[InstanceType] = [ctx.rules.instance_types[v] for v in values if v in ctx.rules.instance_types]
+    unknown = tuple(v for v in values if v not in ctx.rules.instance_types)
     fabrics = {t.fabric for t in known}
     return ModelChoice(written=written, source=source, models=_by_memory([t.model for t in known]), unknown=unknown,
                        node_gpus=max((t.gpus for t in known), default=None),
                        fabric=fabrics.pop() if len(fabrics) == 1 else None)
 
 
-def _gpu_names(names: list[str], memory: MemoryFilter, rules: Rules, written: str, source: str) -> ModelChoice:
-    labels = rules.gpu_name_labels
+def _gpu_names(names: list[str], memory: MemoryFilter, ctx: Context, written: str, source: str) -> ModelChoice:
+    labels = ctx.rules.gpu_name_labels
     assert labels is not None
     models: list[GpuModel] = []
     unknown: list[str] = []
@@ -178,40 +179,40 @@ def _memory_filter(key: str | None, selector: Mapping[str, Any], expressions: li
     return MemoryFilter(values=values, greater_than=greater, text=" and ".join(parts))
 
 
-def _from_selector(facts: PodFacts, rules: Rules, selector: Mapping[str, Any]) -> ModelChoice | None:
-    for key in rules.model_keys:
+def _from_selector(facts: PodFacts, ctx: Context, selector: Mapping[str, Any]) -> ModelChoice | None:
+    for key in ctx.rules.model_keys:
         value = selector.get(key)
         if isinstance(value, str) and value:
-            return _named([value], rules, value, f"nodeSelector {key}")
-    for key in rules.instance_type_keys:
+            return _named([value], ctx, value, f"nodeSelector {key}")
+    for key in ctx.rules.instance_type_keys:
         value = selector.get(key)
         if isinstance(value, str) and value:
-            return _instance_types([value], rules, value, f"nodeSelector {key}")
-    labels = rules.gpu_name_labels
+            return _instance_types([value], ctx, value, f"nodeSelector {key}")
+    labels = ctx.rules.gpu_name_labels
     if labels is not None:
         value = selector.get(labels.name_key)
         if isinstance(value, str) and value:
             terms = _terms(facts) or [[]]
             memory = _memory_filter(labels.memory_key, selector, terms[0])
-            return _gpu_names([value], memory, rules, value, f"nodeSelector {labels.name_key}")
+            return _gpu_names([value], memory, ctx, value, f"nodeSelector {labels.name_key}")
     return None
 
 
-def _from_term(expressions: list[dict[str, Any]], rules: Rules, selector: Mapping[str, Any]) -> ModelChoice | None:
+def _from_term(expressions: list[dict[str, Any]], ctx: Context, selector: Mapping[str, Any]) -> ModelChoice | None:
     for expression in expressions:
         key = expression.get("key")
         values = _in_values(expression)
         if not values:
             continue
         where = f"required node affinity {key} In [{', '.join(values)}]"
-        if key in rules.model_keys:
-            return _named(values, rules, _listed(values), where)
-        if key in rules.instance_type_keys:
-            return _instance_types(values, rules, _listed(values), where)
-        labels = rules.gpu_name_labels
+        if key in ctx.rules.model_keys:
+            return _named(values, ctx, _listed(values), where)
+        if key in ctx.rules.instance_type_keys:
+            return _instance_types(values, ctx, _listed(values), where)
+        labels = ctx.rules.gpu_name_labels
         if labels is not None and key == labels.name_key:
             memory = _memory_filter(labels.memory_key, selector, expressions)
-            return _gpu_names(values, memory, rules, _listed(values), where)
+            return _gpu_names(values, memory, ctx, _listed(values), where)
     return None
 
 
@@ -229,33 +230,33 @@ def _union(choices: list[ModelChoice]) -> ModelChoice:
                        fabric=fabrics.pop() if len(fabrics) == 1 else None)
 
 
-def pinned_models(facts: PodFacts, rules: Rules) -> ModelChoice | None:
+def pinned_models(facts: PodFacts, ctx: Context) -> ModelChoice | None:
     """The models the pod's own nodeSelector or required node affinity allows (None: it does not pin one).
 
     Affinity terms are alternatives: the pod pins its model only if every term names models.
     """
     selector = podview.string_map(facts.spec.get("nodeSelector"))
-    choice = _from_selector(facts, rules, selector)
+    choice = _from_selector(facts, ctx, selector)
     if choice is not None:
         return choice
-    for annotation, key in rules.node_selector_annotations.items():  # a controller's webhook adds the selector
+    for annotation, key in ctx.accelerators.node_selector_annotations.items():  # a controller's webhook adds the selector
         value = facts.annotations.get(annotation)
-        if value and key not in selector and key in rules.model_keys:
-            return _named([value], rules, value, f"annotation {annotation} (nodeSelector {key})")
+        if value and key not in selector and key in ctx.rules.model_keys:
+            return _named([value], ctx, value, f"annotation {annotation} (nodeSelector {key})")
     terms = _terms(facts)
-    choices = [_from_term(expressions, rules, selector) for expressions in terms]
+    choices = [_from_term(expressions, ctx, selector) for expressions in terms]
     if not terms or any(c is None for c in choices):
         return None
     return _union([c for c in choices if c is not None])
 
 
-def annotated_models(facts: PodFacts, rules: Rules) -> ModelChoice | None:
+def annotated_models(facts: PodFacts, ctx: Context) -> ModelChoice | None:
     """Models a GPU-sharing scheduler's annotation accepts (HAMi ``nvidia.com/use-gputype: "A100,H100"``).
 
     HAMi matches each listed type as a case-insensitive part of the card's name, so "A100" accepts every A100 and
     "A10" also an A100: the same rule here, over every name a catalog model goes by.
     """
-    for key in rules.model_annotations:
+    for key in ctx.accelerators.model_annotations:
         text = facts.annotations.get(key)
         if not text:
             continue
@@ -266,7 +267,7 @@ def annotated_models(facts: PodFacts, rules: Rules) -> ModelChoice | None:
         unknown: list[str] = []
         for part in wanted:
             needle = _comparable(part)
-            matching = [m for m in rules.catalog.values() if any(needle in _comparable(n) for n in m.names())]
+            matching = [m for m in ctx.catalog.values() if any(needle in _comparable(n) for n in m.names())]
             models += matching
             if not matching:
                 unknown.append(part.strip())
@@ -287,17 +288,17 @@ def _words(name: str) -> frozenset[str]:
     return frozenset(w for w in re.split(r"[-_ .]+", name.strip().upper()) if w and w not in _VENDOR_WORDS)
 
 
-def device_models(text: str, rules: Rules) -> tuple[GpuModel, ...]:
+def device_models(text: str, ctx: Context) -> tuple[GpuModel, ...]:
     """The catalog models a device's name names: a catalog name or label as such (``TESLA_T4``), else the models one
     of whose names is made of the most words of it (pci.ids' ``A100_PCIE_80GB`` is the model labelled
     ``NVIDIA-A100-80GB-PCIe``; ``H100_SXM5_80GB`` the one called ``H100``); several equally good: all of them."""
-    model = rules.find_model(text)
+    model = ctx.find_model(text)
     if model is not None:
         return (model,)
     words = _words(text)
     best = 0
     found: list[GpuModel] = []
-    for candidate in rules.catalog.values():
+    for candidate in ctx.catalog.values():
         size = max((len(w) for n in candidate.names() if (w := _words(n)) and w <= words), default=0)
         if size > best:
             best, found = size, [candidate]
@@ -306,12 +307,12 @@ def device_models(text: str, rules: Rules) -> tuple[GpuModel, ...]:
     return _by_memory(found)
 
 
-def device_choice(gpus: Mapping[str, int], rules: Rules) -> tuple[ModelChoice | None, MemoryStatement | None]:
+def device_choice(gpus: Mapping[str, int], ctx: Context) -> tuple[ModelChoice | None, MemoryStatement | None]:
     """What the device-named resources among ``gpus`` pin (rules ``accelerators.deviceResources``): the model, and,
     when every accelerator is a vGPU type whose name gives its frame buffer, the memory of each device. (None, None)
     when the pod asks for none of them. A vGPU type of a model the catalog lacks still states its memory: its model
     is not needed, as a MIG slice's is not; a passthrough GPU of such a model is named but unknown."""
-    named = [(name, found) for name in sorted(gpus) if (found := rules.device_resource(name)) is not None]
+    named = [(name, found) for name in sorted(gpus) if (found := ctx.accelerators.device_resource(name)) is not None]
     if not named:
         return None, None
     models: list[GpuModel] = []
@@ -319,7 +320,7 @@ def device_choice(gpus: Mapping[str, int], rules: Rules) -> tuple[ModelChoice | 
     sizes: list[Decimal] = []
     for _, (device, match) in named:
         text = match.group("model")
-        named_models = device_models(text, rules)
+        named_models = device_models(text, ctx)
         models += [m for m in named_models if m not in models]
         if not named_models and not device.sized:
             unknown.append(text)
@@ -338,11 +339,11 @@ def device_choice(gpus: Mapping[str, int], rules: Rules) -> tuple[ModelChoice | 
 
 # -- memory --------------------------------------------------------------------------------------------------------
 
-def _selected_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
+def _selected_memory(facts: PodFacts, ctx: Context) -> MemoryStatement | None:
     """Memory per GPU from a device-memory node label the pod selects (GPU feature discovery, MiB)."""
     selector = podview.string_map(facts.spec.get("nodeSelector"))
     terms = _terms(facts)
-    for key in rules.memory_keys:
+    for key in ctx.rules.memory_keys:
         minimums: list[tuple[int, str]] = []
         for expressions in terms or [[]]:
             found = _memory_filter(key, selector, expressions)
@@ -376,17 +377,17 @@ def _resource_amounts(facts: PodFacts, wanted: frozenset[str]) -> dict[str, Deci
     return found
 
 
-def _shared_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
+def _shared_memory(facts: PodFacts, ctx: Context) -> MemoryStatement | None:
     """The memory of a GPU share: a share resource's amount (gpushare), a sharing scheduler's annotation."""
-    if rules.share_resources:
-        amounts = _resource_amounts(facts, frozenset(rules.share_resources))
-        for name, share in rules.share_resources.items():
+    if ctx.accelerators.share_resources:
+        amounts = _resource_amounts(facts, frozenset(ctx.accelerators.share_resources))
+        for name, share in ctx.accelerators.share_resources.items():
             if name in amounts:
                 return MemoryStatement(per_gpu=amounts[name] * share.unit, percent=None,
                                        source=f"resource {name}: {amounts[name].normalize():f} "
                                               f"(units of {format_bytes(share.unit)})")
     notes = facts.annotations
-    for shares in rules.share_annotations:
+    for shares in ctx.accelerators.share_annotations:
         if shares.memory and shares.memory in notes:
             amount = _positive(notes[shares.memory])
             if amount is not None:
@@ -408,49 +409,50 @@ def _positive(text: str) -> Decimal | None:
     return value if value.is_finite() and value > 0 else None
 
 
-def stated_memory(facts: PodFacts, rules: Rules) -> MemoryStatement | None:
+def stated_memory(facts: PodFacts, ctx: Context) -> MemoryStatement | None:
     """Memory per GPU the pod states through a sharing resource or a selected memory label, or None."""
-    if rules.share_resources or rules.share_annotations:
-        shared = _shared_memory(facts, rules)
+    if ctx.accelerators.share_resources or ctx.accelerators.share_annotations:
+        shared = _shared_memory(facts, ctx)
         if shared is not None:
             return shared
-    if rules.memory_resources or rules.memory_percent_resources:
-        amounts = _resource_amounts(facts, frozenset(rules.memory_resources) | rules.memory_percent_resources)
-        for name, unit in rules.memory_resources.items():
+    accelerators = ctx.accelerators
+    if accelerators.memory_resources or accelerators.memory_percent_resources:
+        amounts = _resource_amounts(facts, frozenset(accelerators.memory_resources) | accelerators.memory_percent_resources)
+        for name, unit in accelerators.memory_resources.items():
             if name in amounts:
                 return MemoryStatement(per_gpu=amounts[name] * unit, percent=None,
                                        source=f"resource {name}: {amounts[name].normalize():f}")
-        for name in sorted(rules.memory_percent_resources):
+        for name in sorted(accelerators.memory_percent_resources):
             if name in amounts:
                 return MemoryStatement(per_gpu=None, percent=amounts[name],
                                        source=f"resource {name}: {amounts[name].normalize():f}%")
-    if rules.memory_keys:
-        return _selected_memory(facts, rules)
+    if ctx.rules.memory_keys:
+        return _selected_memory(facts, ctx)
     return None
 
 
 # -- the catalog in messages -------------------------------------------------------------------------------------
 
-def models_of(rules: Rules, vendor: str | None) -> list[GpuModel]:
+def models_of(ctx: Context, vendor: str | None) -> list[GpuModel]:
     """The catalog's models of ``vendor`` (every model when the vendor is not known), in catalog order; those this
     cluster's nodes have first, when the nodes are known (see webhook.core.view.node_catalog)."""
-    models = [m for m in rules.catalog.values() if vendor is None or m.vendor == vendor] or list(rules.catalog.values())
-    present = rules.nodes.present if rules.nodes is not None else {}
+    models = [m for m in ctx.catalog.values() if vendor is None or m.vendor == vendor] or list(ctx.catalog.values())
+    present = ctx.nodes.present if ctx.nodes is not None else {}
     return [m for m in models if m.name in present] + [m for m in models if m.name not in present]
 
 
 KNOWN_LISTED = 8
 
 
-def known_models(rules: Rules, vendor: str | None) -> str:
+def known_models(ctx: Context, vendor: str | None) -> str:
     """The catalog's models of the vendor for a message: the first few (catalog order), and how many more."""
-    names = [m.name for m in models_of(rules, vendor)]
+    names = [m.name for m in models_of(ctx, vendor)]
     more = len(names) - KNOWN_LISTED
     return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
-def bigger_models(rules: Rules, need: Decimal, vendor: str | None) -> str:
+def bigger_models(ctx: Context, need: Decimal, vendor: str | None) -> str:
     """The models of the vendor whose cards hold ``need`` (smallest first, the first few), or "" when none does."""
-    names = [m.name for m in sorted(models_of(rules, vendor), key=lambda m: m.memory) if m.memory >= need]
+    names = [m.name for m in sorted(models_of(ctx, vendor), key=lambda m: m.memory) if m.memory >= need]
     more = len(names) - KNOWN_LISTED
     return ", ".join(names[:KNOWN_LISTED]) + (f" and {more} more" if more > 0 else "")

@@ -11,19 +11,22 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import orjson
 
 from . import names, placement, podview
 from .backends import scheduling
-from .bypasses import env_sources
+from .bypasses import voids
+from .context import Context
 from .patch import Editor
 from .podgroups.plan import groups_class, join_group
-from .podgroups.support import NOT_KNOWN, POD_GROUP_LABEL, PodGroupSupport
+from .podgroups.support import POD_GROUP_LABEL, PodGroupSupport
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, format_quantity, parse_quantity
 from .rules import ClassMutation, ClassSettings, MutationSettings, Rules, ShmSpec
+from .view.priority_state import PriorityClassState
+from .view.targets import TargetNodes
 
 SHM_PATH = "/dev/shm"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -46,27 +49,28 @@ class _Context:
     no step reads what an earlier one added (``edit.get`` reads the working copy where that matters).
     """
 
-    __slots__ = ("edit", "profile", "rules", "class_settings", "warnings", "missing_priority_classes",
-                 "differing_priority_classes", "plan", "settings", "spec", "labels", "multi_node", "namespace",
-                 "pod_groups")
+    __slots__ = ("edit", "profile", "context", "rules", "target", "class_settings", "warnings", "priority_classes",
+                 "plan", "settings", "spec", "labels", "multi_node", "namespace", "pod_groups")
 
-    def __init__(self, *, edit: Editor, profile: Profile, rules: Rules, class_settings: ClassSettings, warnings: list[str],
-                 missing_priority_classes: frozenset[str], differing_priority_classes: Mapping[str, str],
-                 namespace: str = "", pod_groups: PodGroupSupport = NOT_KNOWN) -> None:
+    def __init__(self, *, edit: Editor, profile: Profile, context: Context, class_settings: ClassSettings,
+                 warnings: list[str], namespace: str = "") -> None:
         self.edit = edit
         self.profile = profile
-        self.rules = rules
+        self.context = context
+        self.rules: Rules = context.rules
+        # the nodes of the pod's model, once per pod (None: not known here)
+        self.target: TargetNodes | None = context.target_of(profile.model)
         self.class_settings = class_settings
         self.warnings = warnings
-        self.missing_priority_classes = missing_priority_classes
-        self.differing_priority_classes = differing_priority_classes
+        # which of the rules' PriorityClasses the cluster lacks, or has with other values
+        self.priority_classes: PriorityClassState = context.cluster.priority_classes
         self.plan: ClassMutation = class_settings.mutate
-        self.settings: MutationSettings = rules.mutation
+        self.settings: MutationSettings = context.rules.mutation
         self.spec: dict[str, Any] = podview.spec(edit.doc)
         self.labels: Mapping[str, str] = profile.facts.labels
         self.multi_node: bool = profile.multi_node
         self.namespace = namespace or str(podview.metadata(edit.doc).get("namespace") or "")
-        self.pod_groups = pod_groups
+        self.pod_groups: PodGroupSupport = context.cluster.pod_groups
 
     @property
     def pod(self) -> dict[str, Any]:
@@ -153,11 +157,12 @@ def add_shm(ctx: _Context) -> None:
         ctx.edit.append((*path, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
-def pod_fabric(profile: Profile, rules: Rules) -> tuple[str, str]:
+def pod_fabric(profile: Profile, context: Context, target: TargetNodes | None) -> tuple[str, str]:
     """The network fabric a pod will have, and where that was read: what its own device requests say, the
     instance type it selects, a node label it selects, what its nodes publish (the node watch), its GPU model's, or
     the rules' default (see rules `fabrics`)."""
     spec = profile.facts.spec
+    rules = context.rules
     asked = placement.pod_fabric_signal(spec, rules)
     if asked is not None:
         return asked
@@ -170,7 +175,6 @@ def pod_fabric(profile: Profile, rules: Rules) -> tuple[str, str]:
         value = selector.get(key)
         if value is not None and (values is None or value in values):
             return fabric, f"nodeSelector {key}={value} (fabrics.byNodeLabel)"
-    target = placement.target_of(rules, profile.model)
     if target is not None and target.fabric is not None:
         return target.fabric, target.fabric_evidence
     model = profile.model
@@ -191,7 +195,7 @@ def add_nccl_env(ctx: _Context) -> None:
     if not ctx.plan.nccl or not (ctx.multi_node or ctx.plan.nccl_single_node):
         return
     rules = ctx.rules
-    fabric, evidence = pod_fabric(ctx.profile, rules)
+    fabric, evidence = pod_fabric(ctx.profile, ctx.context, ctx.target)
     told = _warn_missing_devices(ctx, fabric)
     _warn_fabric_needs(ctx, fabric, told)
     env = rules.fabrics.env.get(fabric, ())
@@ -228,7 +232,7 @@ def _warn_missing_devices(ctx: _Context, fabric: str) -> frozenset[str]:
     devices it was told of."""
     if ctx.plan.rdma is not None:
         return frozenset()
-    target = placement.target_of(ctx.rules, ctx.profile.model)
+    target = ctx.target
     if target is None:
         return frozenset()
     offered = sorted(r for r in target.resources if any(s.names_resource(r) for s in ctx.rules.fabrics.from_pod))
@@ -278,12 +282,12 @@ def set_priority(ctx: _Context) -> None:
     priority = ctx.class_settings.priority_class
     if priority is None or ctx.spec.get("priorityClassName"):
         return
-    if priority.name in ctx.missing_priority_classes:
+    if priority.name in ctx.priority_classes.missing_priority_classes:
         ctx.warnings.append(f'PriorityClass "{priority.name}" does not exist in this cluster, so it was not set '
                             f"(the API server would refuse the pod); create it with kubectl apply -k manifests/")
         return
     ctx.edit.set(("spec", "priorityClassName"), priority.name)
-    differs = ctx.differing_priority_classes.get(priority.name)
+    differs = ctx.priority_classes.differing_priority_classes.get(priority.name)
     if differs is not None:
         ctx.warnings.append(f'PriorityClass "{priority.name}" differs from ai-admission\'s rules ({differs}), so '
                             f"spec.priority and spec.preemptionPolicy were left to the API server; make them agree "
@@ -313,12 +317,12 @@ def _gpu_tolerations(ctx: _Context) -> list[Mapping[str, Any]]:
     carry; else the taints named after the accelerator resources it asks for (what Kubernetes'
     ExtendedResourceToleration plugin adds; a DRA claim's GPUs: its device class's taint)."""
     profile = ctx.profile
-    target = placement.target_of(ctx.rules, profile.model)
+    target = ctx.target
     if target is None:
         claimed = profile.claimed
         keys = claimed.toleration_keys(profile.gpus) if claimed is not None else sorted(profile.gpus)
         return [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
-    return placement.target_tolerations(target, ctx.rules)
+    return placement.target_tolerations(target, ctx.context.accelerators, ctx.rules)
 
 
 def add_tolerations(ctx: _Context) -> None:
@@ -348,7 +352,7 @@ def pin_model(ctx: _Context) -> None:
 
 def _packing_key(ctx: _Context, fixed: str | None) -> str | None:
     """The topology key to pack the pod's job by (`webhook.core.placement.packing_key`); its warnings go to the pod."""
-    return placement.packing_key(ctx.rules, ctx.profile, fixed, ctx.warnings)
+    return placement.packing_key(ctx.target, ctx.profile, fixed, ctx.warnings)
 
 
 def add_topology(ctx: _Context) -> None:
@@ -379,7 +383,7 @@ def add_topology(ctx: _Context) -> None:
             return
         present = {c["topologyKey"] for c in podview.as_list(ctx.spec.get("topologySpreadConstraints"))
                    if isinstance(c, dict) and isinstance(c.get("topologyKey"), str)}
-        target = placement.target_of(ctx.rules, ctx.profile.model)
+        target = ctx.target
         unspread = []
         for topology_key in spread.topology_keys:
             if topology_key in present:
@@ -421,7 +425,7 @@ def join_pod_group(ctx: _Context) -> None:
     """On the default scheduler, where the cluster serves the Workload API: a multi-node pod of a training kind
     joins its job's PodGroup (`webhook.core.podgroups.plan.join_group`; ai-admission's controller makes the group),
     so the scheduler places the job all or nothing; where it cannot, the pod is told why and scheduled as before."""
-    if not (ctx.multi_node and groups_class(ctx.profile, ctx.rules)) or ctx.rules.scheduler.active:
+    if not (ctx.multi_node and groups_class(ctx.profile, ctx.context)) or ctx.rules.scheduler.active:
         return
     name, why = join_group(ctx.pod, ctx.pod_groups)
     if why is not None:
@@ -511,78 +515,30 @@ def add_backend(ctx: _Context) -> None:
     """The scheduler backend's vocabulary on the pod (`webhook.core.backends.scheduling.pod_writes`): a plain pod's queue,
     priority and scheduler; for a pod with an owner, what its template could not carry."""
     if ctx.rules.scheduler.active:
-        scheduling.pod_writes(ctx.pod, ctx.profile, ctx.rules, ctx.edit, ctx.warnings, ctx.job_label())
-
-
-def _voidable(spec: Mapping[str, Any], device_env: tuple[str, ...],
-              kinds: tuple[str, ...] = ("initContainers", "containers")) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """(kind, index, container) of each container of ``kinds`` that does not name a device variable itself (one
-    that does is validation's to judge): what the voiding steps may give ``NVIDIA_VISIBLE_DEVICES=void``."""
-    for kind in kinds:
-        for index, container in enumerate(podview.as_list(spec.get(kind))):
-            if isinstance(container, dict) and not any(n in podview.container_env(container) for n in device_env):
-                yield kind, index, container
+        scheduling.pod_writes(ctx.pod, ctx.profile, ctx.context, ctx.edit, ctx.warnings, ctx.job_label())
 
 
 def void_visible_devices(ctx: _Context) -> None:
-    """``NVIDIA_VISIBLE_DEVICES=void`` on each container of the pod that asks for no GPU (a sidecar, an init
-    container), where the class's rules say so: the NVIDIA container runtime would otherwise honour its image's own
-    ``NVIDIA_VISIBLE_DEVICES=all`` (every CUDA image sets it) or an ``envFrom`` ConfigMap's, which admission cannot
-    see; pod env wins over both. A container that names the variable itself is left alone (validation judges it),
-    and so are GPU infrastructure's namespaces."""
-    bypasses = ctx.rules.bypasses
-    if not bypasses.visible_devices_env or not bypasses.voids(ctx.profile.workload) \
-            or bypasses.exempt(ctx.namespace, ctx.spec.get("serviceAccountName")):
-        return
-    name = bypasses.visible_devices_env[0]
-    asking = set(ctx.profile.accelerator_containers)
-    for kind, index, _ in _voidable(ctx.spec, bypasses.visible_devices_env):
-        if (kind, index) not in asking:
-            ctx.edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
+    """``NVIDIA_VISIBLE_DEVICES=void`` on each container of the pod that asks for no GPU, where the class's rules
+    say so (the bypasses' write: `webhook.core.bypasses.voids.void_unasked`)."""
+    voids.void_unasked(ctx.edit, ctx.spec, ctx.rules.bypasses, workload=ctx.profile.workload, namespace=ctx.namespace,
+                       asking=set(ctx.profile.accelerator_containers))
 
 
 def void_env_from(pod: Mapping[str, Any], profile: Profile, rules: Rules, namespace: str) -> Mutation:
-    """A pod that asks for no GPU: ``NVIDIA_VISIBLE_DEVICES=void`` on each container that takes env from a ConfigMap
-    or a Secret, whose keys admission cannot see (`webhook.core.bypasses.env_sources`); told instead where the
-    rules do not void. GPU infrastructure's namespaces, and a container that names the variable itself, are left
-    alone."""
-    bypasses = rules.bypasses
-    spec = podview.spec(pod)
-    if not bypasses.enabled or not bypasses.visible_devices_env \
-            or bypasses.exempt(namespace, spec.get("serviceAccountName")):
-        return Mutation(pod=dict(pod), patch=[])
+    """A pod that asks for no GPU: its containers that take env from ConfigMaps or Secrets voided, or the user told
+    (`webhook.core.bypasses.voids.void_env_from`)."""
     edit = Editor(dict(pod))
-    warnings: list[str] = []
-    name = bypasses.visible_devices_env[0]
-    for kind, index, container in _voidable(spec, bypasses.visible_devices_env):
-        refs = env_sources.sources(container)
-        if not refs:
-            continue
-        if bypasses.voids(profile.workload):
-            edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
-        else:
-            warnings.append(f"container {container.get('name')!r} takes env from {env_sources.described(refs)}, "
-                            f"which admission cannot read: if it sets {name}, the container sees GPUs it never "
-                            f"asked for")
+    warnings = voids.void_env_from(edit, podview.spec(pod), rules.bypasses, workload=profile.workload,
+                                   namespace=namespace)
     return Mutation(pod=edit.doc, patch=edit.ops, warnings=warnings)
 
 
 def void_ephemeral(pod: Mapping[str, Any], added: frozenset[int], rules: Rules, namespace: str) -> Mutation:
-    """``NVIDIA_VISIBLE_DEVICES=void`` on each ephemeral container just added to a running pod (their indices:
-    ``added``): it can ask for no resources, so it never asks for a GPU, yet it runs under the pod's RuntimeClass
-    with its image's own variable. Where the rules void, outside GPU infrastructure's namespaces; a container that
-    names the variable itself is validation's to judge. The same write as `void_visible_devices`, through the
-    same `Editor`."""
-    bypasses = rules.bypasses
-    spec = podview.spec(pod)
+    """The ephemeral containers just added to a running pod (their indices: ``added``) voided
+    (`webhook.core.bypasses.voids.void_ephemeral`)."""
     edit = Editor(dict(pod))
-    if not bypasses.visible_devices_env or not bypasses.void_visible_devices \
-            or bypasses.exempt(namespace, spec.get("serviceAccountName")):
-        return Mutation(pod=edit.doc, patch=[])
-    name = bypasses.visible_devices_env[0]
-    for kind, index, _ in _voidable(spec, bypasses.visible_devices_env, ("ephemeralContainers",)):
-        if index in added:
-            edit.extend(("spec", kind, index, "env"), [{"name": name, "value": "void"}])
+    voids.void_ephemeral(edit, podview.spec(pod), rules.bypasses, added=added, namespace=namespace)
     return Mutation(pod=edit.doc, patch=edit.ops)
 
 
@@ -592,26 +548,18 @@ STEPS: tuple[Callable[[_Context], None], ...] = (
 )
 
 
-_NOTHING_DIFFERS: Mapping[str, str] = {}
 
 
-def mutate_pod(pod: Mapping[str, Any], profile: Profile, rules: Rules, *,
-               missing_priority_classes: frozenset[str] = frozenset(),
-               differing_priority_classes: Mapping[str, str] | None = None, namespace: str = "",
-               pod_groups: PodGroupSupport = NOT_KNOWN) -> Mutation:
-    """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user.
-
-    ``missing_priority_classes``: classes known not to exist in the cluster; ``differing_priority_classes``:
-    classes whose value or preemptionPolicy in the cluster are not the rules' (name -> what differs); both from
-    `webhook.cluster.priority_classes`.
-    """
+def mutate_pod(pod: Mapping[str, Any], profile: Profile, context: Context, *, namespace: str = "") -> Mutation:
+    """The mutated copy of ``pod``, the JSON Patch from ``pod`` to it, and warnings for the user, in ``context``
+    (of the cluster it reads the nodes of the pod's model, the PriorityClasses' state and the Workload API's
+    support)."""
+    rules = context.rules
     class_settings = rules.classes.get(profile.workload)
     if class_settings is None:  # class "none": not ai-admission's business, but for what its envFrom may hand it
         return void_env_from(pod, profile, rules, namespace)
-    ctx = _Context(edit=Editor(dict(pod)), profile=profile, rules=rules, class_settings=class_settings, warnings=[],
-                   missing_priority_classes=missing_priority_classes,
-                   differing_priority_classes=differing_priority_classes or _NOTHING_DIFFERS, namespace=namespace,
-                   pod_groups=pod_groups)
+    ctx = _Context(edit=Editor(dict(pod)), profile=profile, context=context, class_settings=class_settings, warnings=[],
+                   namespace=namespace)
     for step in STEPS:
         step(ctx)
     return Mutation(pod=ctx.edit.doc, patch=ctx.edit.ops, warnings=ctx.warnings)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from . import names, podview
 from .classify import Classification, classify
+from .context import Context
 from .dra import claims as dra
 from .dra.rules import GpuDeviceClass
 from .findings import Finding, deny
@@ -28,7 +29,8 @@ from .hints import Hints, read_hints
 from .models import MemoryStatement, ModelChoice, annotated_models, device_choice, pinned_models, stated_memory
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
-from .rules import GpuModel, Rules
+from .rules import GpuModel
+from .view import claims as claim_view
 from .workloads.parallelism import (
     SINGLE,
     World,
@@ -70,10 +72,10 @@ class Profile:
     pinned: ModelChoice | None = None        # the node selection's choice (for conflicts with the annotation)
     memory_stated: bool = False              # the pod says its memory need (possibly as a share of the card)
     world: World = field(default_factory=lambda: SINGLE)  # the pods of the pod's job
-    tensor_parallel: tuple[int, str] | None = None  # degree and where the pod says it
+    tensor_parallel: tuple[int, str] | None = None  # degree and where the pod says it (read for PCIe cards only)
     vendors: tuple[str, ...] = ()            # GPU vendors of the accelerator resources asked for (sorted)
     parallelism: str | None = None           # where the pod says it spreads its work over its GPUs on purpose
-                                             # (read for a whole model's need, the only one it changes)
+                                             # (read where a whole model's need would leave GPUs idle)
     gpus_needed: int | None = None           # the GPUs its memory need takes (None: the need or the card unknown)
 
     @property
@@ -150,7 +152,7 @@ def _plain_count(request: Any, limit: Any) -> int | None:
     return count
 
 
-def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Callable[[], str],
+def _accelerator_amounts(container: Mapping[str, Any], ctx: Context, where: Callable[[], str],
                          problems: list[Finding]) -> tuple[dict[str, int], bool]:
     """Accelerators one container asks for, and whether it names one with a malformed amount.
 
@@ -165,7 +167,7 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Call
     amounts: dict[str, int] = {}
     malformed = False
     for name in requests.keys() | limits.keys():
-        if not rules.is_accelerator(name):
+        if not ctx.accelerators.is_accelerator(name):
             continue
         count = _plain_count(requests.get(name, _ABSENT), limits.get(name, _ABSENT))
         if count is not None:
@@ -191,19 +193,20 @@ def _accelerator_amounts(container: Mapping[str, Any], rules: Rules, where: Call
             continue
         if value:
             amounts[name] = int(value)
-    if amounts and rules.share_resources:  # a share of one GPU by its memory (gpushare): one device, whatever the amount
+    shares = ctx.accelerators.share_resources
+    if amounts and shares:  # a share of one GPU by its memory (gpushare): one device, whatever the amount
         for name in amounts:
-            if name in rules.share_resources:
+            if name in shares:
                 amounts[name] = 1
     return amounts, malformed
 
 
-def _annotation_shares(facts: PodFacts, rules: Rules,
+def _annotation_shares(facts: PodFacts, ctx: Context,
                        problems: list[Finding]) -> tuple[dict[str, int], tuple[ContainerKey, ...]] | None:
     """GPU shares a sharing scheduler hands out by pod annotation (KAI-Scheduler's ``gpu-fraction`` or
     ``gpu-memory``): the devices they stand for and the container that gets them, or None."""
     notes = facts.annotations
-    for share in rules.share_annotations:
+    for share in ctx.accelerators.share_annotations:
         present = [key for key in share.keys() if key in notes]
         if not present:
             continue
@@ -249,7 +252,7 @@ def _share_amount(text: str, *, fraction: bool) -> Decimal | None:
 ContainerKey = tuple[str, int]  # ("initContainers" | "containers", index in that list)
 
 
-def _asking(facts: PodFacts, kind: str, rules: Rules, problems: list[Finding],
+def _asking(facts: PodFacts, kind: str, ctx: Context, problems: list[Finding],
             users: list[ContainerKey]) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:
     """(container, accelerator amounts) for each container of ``kind``; records in ``users`` those that ask."""
     label = "init container" if kind == "initContainers" else "container"
@@ -257,13 +260,13 @@ def _asking(facts: PodFacts, kind: str, rules: Rules, problems: list[Finding],
         if not isinstance(container, dict):
             continue
         amounts, malformed = _accelerator_amounts(
-            container, rules, lambda: f'{label} "{container.get("name", "?")}"', problems)  # noqa: B023 - called now
+            container, ctx, lambda: f'{label} "{container.get("name", "?")}"', problems)  # noqa: B023 - called now
         if amounts or malformed:
             users.append((kind, index))
         yield container, amounts
 
 
-def effective_gpus(facts: PodFacts, rules: Rules,
+def effective_gpus(facts: PodFacts, ctx: Context,
                    problems: list[Finding]) -> tuple[dict[str, int], tuple[ContainerKey, ...]]:
     """Effective pod request per accelerator: max(app + sidecars, each plain init container + sidecars before it).
 
@@ -275,7 +278,7 @@ def effective_gpus(facts: PodFacts, rules: Rules,
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     if facts.spec.get("initContainers"):
-        for container, amounts in _asking(facts, "initContainers", rules, problems, users):
+        for container, amounts in _asking(facts, "initContainers", ctx, problems, users):
             if podview.is_sidecar(container):
                 for name, count in amounts.items():
                     sidecars[name] = sidecars.get(name, 0) + count
@@ -283,11 +286,11 @@ def effective_gpus(facts: PodFacts, rules: Rules,
                 for name in {*amounts, *sidecars}:
                     init_peak[name] = max(init_peak.get(name, 0), amounts.get(name, 0) + sidecars.get(name, 0))
     app: dict[str, int] = dict(sidecars)
-    for _, amounts in _asking(facts, "containers", rules, problems, users):
+    for _, amounts in _asking(facts, "containers", ctx, problems, users):
         for name, count in amounts.items():
             app[name] = app.get(name, 0) + count
-    if not app and not init_peak and rules.share_annotations:
-        shares = _annotation_shares(facts, rules, problems)
+    if not app and not init_peak and ctx.accelerators.share_annotations:
+        shares = _annotation_shares(facts, ctx, problems)
         if shares is not None:
             return shares[0], shares[1]
     if not init_peak:
@@ -296,13 +299,13 @@ def effective_gpus(facts: PodFacts, rules: Rules,
     return {name: count for name, count in result.items() if count > 0}, tuple(users)
 
 
-def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
+def _mig_memory(gpus: Mapping[str, int], ctx: Context) -> Decimal | None:
     """Memory per slice when every accelerator is a MIG slice of one size (nvidia.com/mig-1g.10gb -> 10 GB)."""
-    if not gpus or rules.mig_pattern is None:
+    if not gpus or ctx.accelerators.mig_pattern is None:
         return None
     sizes = set()
     for name in gpus:
-        match = rules.mig_pattern.match(name)
+        match = ctx.accelerators.mig_pattern.match(name)
         if not match or "mem" not in match.groupdict():
             return None
         sizes.add(Decimal(match.group("mem")) * _GB)
@@ -313,7 +316,7 @@ def _mig_memory(gpus: Mapping[str, int], rules: Rules) -> Decimal | None:
 MemoryBasis = tuple[Any, ...]
 
 
-def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int, mig_memory: Decimal | None,
+def _memory_need(hints: Hints, ctx: Context, workload: str, gpu_count: int, mig_memory: Decimal | None,
                  stated: MemoryStatement | None, model: GpuModel | None,
                  world: World) -> tuple[Decimal | None, Decimal | None, MemoryBasis | None]:
     """(per GPU, total, basis) of the GPU memory the pod needs, or Nones when it does not say.
@@ -325,9 +328,9 @@ def _memory_need(hints: Hints, rules: Rules, workload: str, gpu_count: int, mig_
     if hints.gpu_memory is not None:
         return hints.gpu_memory, hints.gpu_memory * cards, ("annotation", hints.gpu_memory)
     if hints.model_params is not None and hints.model_precision is not None:
-        policy = rules.classes.get(workload)
+        policy = ctx.rules.classes.get(workload)
         factor = policy.memory_factor if policy else Decimal(1)
-        per_param = rules.precisions[hints.model_precision]
+        per_param = ctx.rules.precisions[hints.model_precision]
         total = Decimal(hints.model_params) * per_param * factor
         basis = ("params", hints.model_params, per_param, hints.model_precision, factor, workload)
         return total / (cards * world.pods), total, basis
@@ -357,7 +360,8 @@ def _rightsized(per_gpu: Decimal | None, total: Decimal | None, basis: MemoryBas
     node. A whole model's need of a pod that spreads nothing on purpose takes the count the capacity denial gives,
     the power of two of the cards that hold it (but no more than the pod asks for where those cards fit it: 3 GPUs
     holding a need of 2.5 cards take 3); any other need takes every GPU asked for, as worked out, and so does a pod
-    that ``takes_all`` (one of a multi-node job or a data-parallel class, one stating its parallelism, MIG slices)."""
+    that ``takes_all`` (one of a multi-node job or a data-parallel class, MIG slices). A pod that states its
+    parallelism takes every GPU too: the caller reads that only where this count is below the pod's."""
     if per_gpu is None or not count:
         return per_gpu, None
     if basis is None or basis[0] != "params" or takes_all or total is None or card is None or card <= 0 or not node:
@@ -395,7 +399,7 @@ def _params_text(params: int) -> str:
     return str(params)
 
 
-def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str, world: World) -> tuple[bool, str | None]:
+def _multi_node(facts: PodFacts, ctx: Context, hints: Hints, workload: str, world: World) -> tuple[bool, str | None]:
     """Whether the pod is one of several pods of one job (they talk over the network, NCCL between nodes)."""
     if hints.multi_node is not None:
         return hints.multi_node, f"annotation {names.MULTI_NODE}={str(hints.multi_node).lower()}"
@@ -403,37 +407,37 @@ def _multi_node(facts: PodFacts, rules: Rules, hints: Hints, workload: str, worl
         return True, f"{world.pods} pods ({world.source})"
     if workload == "training":
         replica_type = facts.labels.get("training.kubeflow.org/replica-type", "")
-        if replica_type.lower() in rules.multi_node_replica_types:
+        if replica_type.lower() in ctx.rules.multi_node_replica_types:
             return True, f"replica type {replica_type}"
     return False, None
 
 
-def _choose_model(hints: Hints, facts: PodFacts, rules: Rules,
+def _choose_model(hints: Hints, facts: PodFacts, ctx: Context,
                   pinned: ModelChoice | None) -> tuple[ModelChoice | None, str | None, str | None]:
     """(choice, name as written, where): the annotation first, then the node selection, then a sharing
     scheduler's annotation."""
     if hints.gpu_model:
-        model = rules.find_model(hints.gpu_model)
+        model = ctx.find_model(hints.gpu_model)
         choice = ModelChoice(written=hints.gpu_model, source=f"annotation {names.GPU_MODEL}",
                              models=(model,) if model else (), unknown=() if model else (hints.gpu_model,))
         return choice, choice.written, choice.source
-    chosen = pinned or annotated_models(facts, rules)
+    chosen = pinned or annotated_models(facts, ctx)
     if chosen is None:
         return None, None, None
     return chosen, chosen.written, chosen.source
 
 
-def _served(gpus: Mapping[str, int], rules: Rules) -> list[tuple[str, GpuDeviceClass]]:
+def _served(gpus: Mapping[str, int], ctx: Context) -> list[tuple[str, GpuDeviceClass]]:
     """(resource, class) for each accelerator the pod asks for that a DRA device class serves (KEP-5004)."""
-    return [(name, rules.dra.serving[name]) for name in sorted(gpus) if name in rules.dra.serving]
+    return [(name, ctx.serving[name]) for name in sorted(gpus) if name in ctx.serving]
 
 
-def _class_choice(served: list[tuple[str, GpuDeviceClass]], rules: Rules) -> ModelChoice | None:
+def _class_choice(served: list[tuple[str, GpuDeviceClass]], ctx: Context) -> ModelChoice | None:
     """The model a serving class pins (its selector's product), as a node selection would."""
     for resource, device_class in served:
         if device_class.product is None and device_class.model is None:
             continue
-        model = rules.catalog.get(device_class.model) if device_class.model else None
+        model = ctx.catalog.get(device_class.model) if device_class.model else None
         written = device_class.product or device_class.model or ""
         return ModelChoice(written=written, source=f'device class "{device_class.name}" (which serves {resource})',
                            models=(model,) if model else (), unknown=() if model else (written,))
@@ -451,7 +455,65 @@ def _class_memory(served: list[tuple[str, GpuDeviceClass]]) -> MemoryStatement |
                            source=f'device class "{device_class.name}" (which serves {resource}; its {what})')
 
 
-def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource | None = None, *,
+class Reading:
+    """What the sources of a pod's GPUs read (`SOURCES`): the pod's facts, the context, its GPUs (its own requests
+    with its claims'), its claims, and, worked out once, the DRA classes serving its extended resources and what its
+    device-named resources pin."""
+
+    __slots__ = ("facts", "ctx", "gpus", "claimed", "served", "device", "device_memory")
+
+    def __init__(self, facts: PodFacts, ctx: Context, gpus: Mapping[str, int], claimed: dra.Claimed | None) -> None:
+        self.facts = facts
+        self.ctx = ctx
+        self.gpus = gpus
+        self.claimed = claimed
+        self.served = _served(gpus, ctx) if gpus and ctx.serving else []
+        self.device, self.device_memory = (device_choice(gpus, ctx) if gpus and ctx.accelerators.device_resources
+                                           else (None, None))
+
+
+@dataclass(frozen=True)
+class GpuSource:
+    """A source of what a pod's GPUs are, beside its own requests and node selection: the model it pins
+    (``pin``: given what pinned it before, what pins it after) and the memory of each GPU it states (``stated``;
+    read only where nothing before it stated one)."""
+
+    name: str
+    pin: Callable[[Reading, ModelChoice | None], ModelChoice | None]
+    stated: Callable[[Reading], MemoryStatement | None]
+
+
+def _served_pin(reading: Reading, pinned: ModelChoice | None) -> ModelChoice | None:
+    """KEP-5004: the class serving an extended resource pins the model where nothing before it did."""
+    if pinned is not None or not reading.served:
+        return pinned
+    return _class_choice(reading.served, reading.ctx)
+
+
+def _claims_pin(reading: Reading, pinned: ModelChoice | None) -> ModelChoice | None:
+    """A claim's selector pins the model where the pod's own nodeSelector does not (and a conflict is a problem of
+    the claims, `webhook.core.dra.claims.Claimed.pinned`)."""
+    return reading.claimed.pinned(pinned, reading.ctx) if reading.claimed is not None else pinned
+
+
+def _device_pin(reading: Reading, pinned: ModelChoice | None) -> ModelChoice | None:
+    """A passthrough GPU or a vGPU type: only nodes with that device offer the resource."""
+    return pinned if pinned is not None else reading.device
+
+
+def _no_memory(reading: Reading) -> MemoryStatement | None:
+    return None  # a claim's memory is its need's (`Claimed.memory_need`), read after the pod's own
+
+
+# Beside the pod's own requests and node selection, in the order each pins the model and states the memory.
+SOURCES: tuple[GpuSource, ...] = (
+    GpuSource("DRA classes serving extended resources", _served_pin, lambda r: _class_memory(r.served) if r.served else None),
+    GpuSource("DRA claims", _claims_pin, _no_memory),
+    GpuSource("device-named resources", _device_pin, lambda r: r.device_memory),
+)
+
+
+def build_profile(pod: Mapping[str, Any], ctx: Context, claims: claim_view.ClaimSource | None = None, *,
                   world: World | None = None) -> Profile:
     """The whole profile of ``pod``; problems found on the way are returned in ``problems``, never raised.
 
@@ -460,56 +522,62 @@ def build_profile(pod: Mapping[str, Any], rules: Rules, claims: dra.ClaimSource 
     namespace (DRA); without it, or for a claim it does not know, GPUs taken through claims are not seen.
     """
     facts = PodFacts(pod)
-    hints = read_hints(facts, rules)
+    hints = read_hints(facts, ctx.rules)
     problems: list[Finding] = list(hints.problems)
-    gpus, users = effective_gpus(facts, rules, problems)
-    mig_memory = _mig_memory(gpus, rules)
-    claimed = dra.claimed_gpus(facts, rules, claims)  # DRA: GPUs the pod takes through claims
+    gpus, users = effective_gpus(facts, ctx, problems)
+    mig_memory = _mig_memory(gpus, ctx)
+    claimed = dra.claimed_gpus(facts, ctx, claims)  # DRA: GPUs the pod takes through claims
     if claims is not None and facts.spec.get("resourceClaims"):
-        problems.extend(dra.unknown_claims(facts, rules, claims))
+        problems.extend(dra.unknown_claims(facts, ctx, claims))
     if claimed is not None:
         gpus, users, mig_memory = claimed.joined(gpus, users, mig_memory)
-    classification = classify(facts, rules=rules, hints=hints, has_accelerator=bool(gpus))
+    classification = classify(facts, rules=ctx.rules, hints=hints, has_accelerator=bool(gpus))
     workload = classification.workload
-    pinned = pinned_models(facts, rules) if gpus else None
-    served = _served(gpus, rules) if gpus and rules.dra.serving else []
-    if served and pinned is None:  # DRA: the class serving an extended resource pins the model (KEP-5004)
-        pinned = _class_choice(served, rules)
-    if claimed is not None:  # DRA: a claim's selector pins the model where the pod's own nodeSelector does not
-        pinned = claimed.pinned(pinned, rules)
+    reading = Reading(facts, ctx, gpus, claimed)
+    pinned = pinned_models(facts, ctx) if gpus else None
+    for source in SOURCES:
+        pinned = source.pin(reading, pinned)
+    if claimed is not None:
         problems.extend(claimed.problems)
-    device, device_memory = device_choice(gpus, rules) if gpus and rules.device_resources else (None, None)
-    if pinned is None:  # a passthrough GPU or a vGPU type: only nodes with that device offer the resource
-        pinned = device
-    choice, model_name, model_source = _choose_model(hints, facts, rules, pinned) if gpus else (None, None, None)
+    choice, model_name, model_source = _choose_model(hints, facts, ctx, pinned) if gpus else (None, None, None)
     model = choice.smallest if choice else None
-    job = world if world is not None else (world_of(facts, rules) if gpus else SINGLE)
-    stated = stated_memory(facts, rules) if gpus else None
-    if stated is None and served:
-        stated = _class_memory(served)
-    if stated is None:
-        stated = device_memory
-    per_gpu, total, memory_basis = _memory_need(hints, rules, workload, sum(gpus.values()), mig_memory, stated,
+    job = world if world is not None else (world_of(facts, ctx.rules) if gpus else SINGLE)
+    stated = stated_memory(facts, ctx) if gpus else None
+    for source in SOURCES:
+        if stated is not None:
+            break
+        stated = source.stated(reading)
+    per_gpu, total, memory_basis = _memory_need(hints, ctx, workload, sum(gpus.values()), mig_memory, stated,
                                                 model, job)
     if per_gpu is None and claimed is not None:  # DRA: the claims' annotations, else their selectors
-        per_gpu, total, memory_basis = _memory_need(claimed.hints, rules, workload, sum(gpus.values()), None, None,
+        per_gpu, total, memory_basis = _memory_need(claimed.hints, ctx, workload, sum(gpus.values()), None, None,
                                                     model, job)
         if per_gpu is None:
             per_gpu, total, memory_basis = claimed.memory_need(sum(gpus.values()))
-    policy = rules.classes.get(workload)
+    policy = ctx.rules.classes.get(workload)
     preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
-    multi_node, multi_node_reason = _multi_node(facts, rules, hints, workload, job)
-    vendors = tuple(sorted({v for v in (rules.vendor_of(r) for r in gpus) if v}))
-    parallel = tensor_parallel(facts, rules) if gpus else None
-    whole_model = memory_basis is not None and memory_basis[0] == "params"  # the only need a declaration changes
-    declared = declared_parallelism(facts, rules, hints, parallel) if whole_model else None
-    card = choice.device_memory if choice is not None and choice.device_memory is not None else (
-        model.memory if model is not None else None)
-    per_gpu, gpus_needed = _rightsized(
-        per_gpu, total, memory_basis, count=sum(gpus.values()), card=card,
-        node=node_gpus(choice, choice.models if choice else ()),
-        takes_all=(multi_node or declared is not None or mig_memory is not None
-                   or workload in rules.rightsizing.data_parallel))
+    multi_node, multi_node_reason = _multi_node(facts, ctx, hints, workload, job)
+    vendors = tuple(sorted({v for v in (ctx.accelerators.vendor_of(r) for r in gpus) if v}))
+    count = sum(gpus.values())
+    # what a pod's command line says of its parallelism is read where it decides something (a pattern search per
+    # container is the costliest part of a profile): tensor parallelism over PCIe cards, which is slow (the
+    # warning), and GPUs a whole model's need would leave idle (below)
+    slow = count > 1 and model is not None and model.interconnect == "pcie" and ctx.rules.warn_tensor_parallel_over_pcie
+    parallel = tensor_parallel(facts, ctx.rules) if slow else None
+    declared = None
+    gpus_needed = count if per_gpu is not None and count else None  # a need per GPU takes every GPU asked for
+    if memory_basis is not None and memory_basis[0] == "params":  # a whole model's: the count that holds it
+        card = choice.device_memory if choice is not None and choice.device_memory is not None else (
+            model.memory if model is not None else None)
+        held, needed = _rightsized(per_gpu, total, memory_basis, count=count, card=card,
+                                   node=node_gpus(choice, choice.models if choice else ()),
+                                   takes_all=(multi_node or mig_memory is not None
+                                              or workload in ctx.rules.rightsizing.data_parallel))
+        # what the pod says of its parallelism matters only where the need would leave GPUs idle (read only then)
+        if needed is not None and needed < count:
+            declared = declared_parallelism(facts, ctx.rules, hints, parallel if slow else tensor_parallel(facts, ctx.rules))
+        if declared is None:
+            per_gpu, gpus_needed = held, needed
     return Profile(
         classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
         model=model, model_name=model_name, model_source=model_source,

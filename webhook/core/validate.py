@@ -18,13 +18,14 @@ from typing import Any, Callable, Iterable, Mapping
 from . import names, podview
 from .backends.scheduling import backend_findings
 from .bypasses.paths import bypass_findings
+from .context import Context
 from .findings import Finding, deny, warn
 from .models import bigger_models, known_models, models_of
 from .podgroups.plan import never_whole
 from .profile import Profile
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rightsizing.findings import one_node, rightsizing_findings
-from .rules import GpuModel, Rules
+from .rules import GpuModel
 from .workloads.parallelism import cards_holding, parallel_size
 
 
@@ -32,21 +33,21 @@ def _vendor(profile: Profile) -> str | None:
     return profile.vendors[0] if len(profile.vendors) == 1 else None
 
 
-def model_fix(rules: Rules, vendor: str | None) -> str:
-    model = models_of(rules, vendor)[0]
-    key = rules.model_keys[0]
-    known = _cluster_models(rules) or f'known {vendor + " " if vendor else ""}models: {known_models(rules, vendor)}'
+def model_fix(ctx: Context, vendor: str | None) -> str:
+    model = models_of(ctx, vendor)[0]
+    key = ctx.rules.model_keys[0]
+    known = _cluster_models(ctx) or f'known {vendor + " " if vendor else ""}models: {known_models(ctx, vendor)}'
     return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
             f'"{names.GPU_MODEL}: {model.name}" ({known})')
 
 
-# -- the cluster's nodes: what webhook.core.view.node_catalog merged into Rules.nodes (None offline or without a node watch) ----
+# -- the cluster's nodes: the context's node catalog (webhook.core.view.node_catalog; None offline or with no node watch) --
 
-def _cluster_models(rules: Rules, limit: int = 4) -> str | None:
+def _cluster_models(ctx: Context, limit: int = 4) -> str | None:
     """"this cluster has a100-80g (3 nodes x 8 GPUs), ..." (a few: the API server cuts long warnings)."""
-    if rules.nodes is None:
+    if ctx.nodes is None:
         return None
-    present = rules.nodes.present
+    present = ctx.nodes.present
     if not present:
         return "this cluster has no node that publishes a GPU model"
     listed = [f"{name} ({what})" for name, what in list(present.items())[:limit]]
@@ -54,14 +55,14 @@ def _cluster_models(rules: Rules, limit: int = 4) -> str | None:
     return f"this cluster has {', '.join(listed)}{more}"
 
 
-def _model_not_in_cluster(profile: Profile, rules: Rules) -> Finding | None:
+def _model_not_in_cluster(profile: Profile, ctx: Context) -> Finding | None:
     """A model the catalog knows but no node has: the pod would stay Pending (a warning, as an autoscaled pool
     may be empty right now; the rules' nodeCatalog.modelWithoutNodes: deny makes it a denial)."""
-    if rules.nodes is None or not profile.models or any(m.name in rules.nodes.present for m in profile.models):
+    if ctx.nodes is None or not profile.models or any(m.name in ctx.nodes.present for m in profile.models):
         return None
     message = (f"no node of this cluster has GPU model {profile.model_name} ({profile.model_source}), so the pod "
-               f"stays Pending until one joins; {_cluster_models(rules)}")
-    return deny("gpu-model-not-in-cluster", message) if rules.nodes.absent_severity == "deny" else \
+               f"stays Pending until one joins; {_cluster_models(ctx)}")
+    return deny("gpu-model-not-in-cluster", message) if ctx.rules.node_catalog.model_without_nodes == "deny" else \
         warn("gpu-model-not-in-cluster", message)
 
 
@@ -75,22 +76,22 @@ def example_memory(model: GpuModel | None) -> str:
     return next((f"{g}Gi" for g in _EXAMPLE_GIB if g * 2**30 <= model.memory * Decimal("0.6")), "1Gi")
 
 
-def memory_fix(rules: Rules, model: GpuModel | None) -> str:
-    precision = "bf16" if "bf16" in rules.precisions else next(iter(rules.precisions))
-    example = model or models_of(rules, None)[0]
+def memory_fix(ctx: Context, model: GpuModel | None) -> str:
+    precision = "bf16" if "bf16" in ctx.rules.precisions else next(iter(ctx.rules.precisions))
+    example = model or models_of(ctx, None)[0]
     return (f'add annotation "{names.GPU_MEMORY}: {example_memory(example)}" (per GPU), or '
             f'"{names.MODEL_PARAMS}: 7B" with "{names.MODEL_PRECISION}: {precision}"')
 
 
-def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
+def _model_findings(profile: Profile, ctx: Context) -> list[Finding]:
     """Is the model named, known, of the vendor asked for, and not contradicted?"""
     found: list[Finding] = []
     vendor = _vendor(profile)
     choice = profile.choice
-    model_needed = not (profile.is_mig and not rules.mig_needs_model)
+    model_needed = not (profile.is_mig and not ctx.accelerators.mig_needs_model)
     if choice is None:
         if model_needed:  # DRA: GPUs taken through claims are named in the claim
-            fix = profile.claimed.model_fix(rules) if profile.claimed is not None else model_fix(rules, vendor)
+            fix = profile.claimed.model_fix(ctx) if profile.claimed is not None else model_fix(ctx, vendor)
             found.append(deny("gpu-model-missing",
                               f"{profile.gpu_text()} says how many GPUs but not which model: {fix}"))
         return found
@@ -98,18 +99,18 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
         what = (f'GPU model "{choice.unknown[0]}"' if len(choice.unknown) == 1
                 else "GPU models " + ", ".join(f'"{u}"' for u in choice.unknown))
         verb = "is" if len(choice.unknown) == 1 else "are"
-        cluster = _cluster_models(rules)
+        cluster = _cluster_models(ctx)
         found.append(deny("gpu-model-unknown", f"{what} ({choice.source}) {verb} not in the catalog" + (
             f" nor on any node; {cluster}" if cluster else
-            f"; known {vendor + ' ' if vendor else ''}models: {known_models(rules, vendor)}")))
+            f"; known {vendor + ' ' if vendor else ''}models: {known_models(ctx, vendor)}")))
     wrong = [m for m in choice.models if m.vendor not in profile.vendors] if profile.vendors else []
     if wrong:
-        asked = " and ".join(r for r in sorted(profile.gpus) if rules.vendor_of(r))
+        asked = " and ".join(r for r in sorted(profile.gpus) if ctx.accelerators.vendor_of(r))
         found.append(deny("gpu-vendor-mismatch",
                           f"{asked} asks for {'/'.join(profile.vendors)} GPUs but {choice.source} names "
                           f"{', '.join(f'{m.name} ({m.vendor})' for m in wrong)}; name one of the {'/'.join(profile.vendors)} "
-                          f"models instead: {model_fix(rules, vendor)}"))
-    absent = _model_not_in_cluster(profile, rules)
+                          f"models instead: {model_fix(ctx, vendor)}"))
+    absent = _model_not_in_cluster(profile, ctx)
     if absent is not None:
         found.append(absent)
     pinned = profile.pinned
@@ -122,7 +123,7 @@ def _model_findings(profile: Profile, rules: Rules) -> list[Finding]:
     return found
 
 
-def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[list[Finding], list[Finding]]:
+def _memory_findings(profile: Profile, ctx: Context, model: GpuModel) -> tuple[list[Finding], list[Finding]]:
     """(denials, warnings) of the memory need against the GPUs of ``model`` the pod gets."""
     denials: list[Finding] = []
     notes: list[Finding] = []
@@ -137,7 +138,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
     count = profile.gpu_count
     if basis is None or basis[0] != "params":
         if per_gpu > memory:
-            bigger = bigger_models(rules, per_gpu, vendor)
+            bigger = bigger_models(ctx, per_gpu, vendor)
             advice = f"use a model with more memory ({bigger})" if bigger else "shard the model further"
             denials.append(deny("gpu-memory-exceeds",
                                 f"needs {format_bytes(per_gpu)} of GPU memory per GPU ({profile.memory_source}) but "
@@ -151,7 +152,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
         needed = cards_holding(total, memory)
         node_gpus = profile.node_gpus or model.gpus_per_node
         if world.pods > 1:
-            bigger = bigger_models(rules, per_gpu, vendor)
+            bigger = bigger_models(ctx, per_gpu, vendor)
             advice = (f"use a model with more memory per card ({bigger})" if bigger
                       else "use more pods or more GPUs per pod")
             denials.append(deny("gpu-memory-exceeds",
@@ -163,7 +164,7 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
             return denials, notes
         advice = f"ask for at least {parallel_size(needed, node_gpus)} GPUs ({one_node(model)})"
         if needed > node_gpus:
-            bigger = bigger_models(rules, total / node_gpus, vendor)
+            bigger = bigger_models(ctx, total / node_gpus, vendor)
             advice = (f"that is {needed} GPUs, more than the {node_gpus} one {model.name} node holds; "
                       + (f"use a model with more memory per card ({bigger})" if bigger
                          else "shard the model over several pods"))
@@ -180,20 +181,20 @@ def _memory_findings(profile: Profile, rules: Rules, model: GpuModel) -> tuple[l
     return denials, notes
 
 
-def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[Finding]]:
+def _gpu_findings(profile: Profile, ctx: Context) -> tuple[list[Finding], list[Finding]]:
     """(denials, warnings) about the GPUs: model, memory, count."""
-    found = _model_findings(profile, rules)
-    unsized = sorted(r for r in profile.gpus if (c := rules.dra.serving.get(r)) is not None and c.mig
+    found = _model_findings(profile, ctx)
+    unsized = sorted(r for r in profile.gpus if (c := ctx.serving.get(r)) is not None and c.mig
                      and c.memory is None)
     if unsized:
-        device_class = rules.dra.serving[unsized[0]]
+        device_class = ctx.serving[unsized[0]]
         found.append(deny("mig-profile-unknown",
                           f"{', '.join(unsized)} asks for MIG slices of device class \"{device_class.name}\", which "
                           f"pins no MIG profile, so the slice may be of any size: ask for nvidia.com/mig-<profile> "
                           f"(nvidia.com/mig-1g.10gb), or for a device class whose selector pins one profile "
                           f"({device_class.attribute(device_class.profile_attribute or 'profile')} == \"1g.10gb\")"))
     if not profile.memory_stated:
-        fix = profile.claimed.memory_fix() if profile.claimed is not None else memory_fix(rules, profile.model)
+        fix = profile.claimed.memory_fix() if profile.claimed is not None else memory_fix(ctx, profile.model)
         found.append(deny("gpu-memory-missing",
                           f"{profile.gpu_text()} does not say how much GPU memory it needs: {fix}"))
     model = profile.model
@@ -206,13 +207,13 @@ def _gpu_findings(profile: Profile, rules: Rules) -> tuple[list[Finding], list[F
         found.append(deny("gpu-count-exceeds-node",
                           f"{count} GPUs in one pod, but one {model.name} node holds {node_gpus}; split the work over "
                           f"several pods (one per node) or use fewer GPUs"))
-    denials, notes = _memory_findings(profile, rules, model)
+    denials, notes = _memory_findings(profile, ctx, model)
     return found + denials, notes
 
 
-def _priority_finding(pod: Mapping[str, Any], profile: Profile, rules: Rules) -> Finding | None:
+def _priority_finding(pod: Mapping[str, Any], profile: Profile, ctx: Context) -> Finding | None:
     name = podview.spec(pod).get("priorityClassName")
-    policy = rules.classes.get(profile.workload)
+    policy = ctx.rules.classes.get(profile.workload)
     if not isinstance(name, str) or not name or policy is None or name in policy.allowed_priority_classes:
         return None
     default = f" (or leave it empty and {policy.priority_class.name} is used)" if policy.priority_class else ""
@@ -261,7 +262,7 @@ class CheckContext:
 
     pod: Mapping[str, Any]
     profile: Profile
-    rules: Rules
+    ctx: Context
     namespace: str = ""
     template: bool = False
 
@@ -276,7 +277,7 @@ def _problems(r: CheckContext) -> Iterable[Finding]:
 def _gpus(r: CheckContext) -> Iterable[Finding]:
     if not r.profile.gpu_count:
         return ()
-    denials, notes = _gpu_findings(r.profile, r.rules)
+    denials, notes = _gpu_findings(r.profile, r.ctx)
     return [*denials, *notes]
 
 
@@ -284,11 +285,11 @@ def _rightsizing(r: CheckContext) -> Iterable[Finding]:
     """GPUs asked beyond the need (`webhook.core.rightsizing.findings`)."""
     if not r.profile.gpu_count:
         return ()
-    return rightsizing_findings(r.profile, r.rules)
+    return rightsizing_findings(r.profile, r.ctx)
 
 
 def _priority(r: CheckContext) -> Iterable[Finding]:
-    found = _priority_finding(r.pod, r.profile, r.rules)
+    found = _priority_finding(r.pod, r.profile, r.ctx)
     return (found,) if found else ()
 
 
@@ -298,11 +299,11 @@ def _unknown_accelerators(r: CheckContext) -> Iterable[Finding]:
     return [warn("unknown-accelerator", f"{resource} is not an accelerator the rules know; it is judged as a GPU "
                                         f"(vendor not checked): add it to accelerators.resources with its vendor, "
                                         f"or to accelerators.notAccelerators if it is not a GPU")
-            for resource in sorted(r.profile.gpus) if r.rules.is_unknown_accelerator(resource)]
+            for resource in sorted(r.profile.gpus) if r.ctx.accelerators.is_unknown_accelerator(resource)]
 
 
 def _host_memory(r: CheckContext) -> Iterable[Finding]:
-    if not r.profile.gpu_count or not r.rules.warn_missing_host_memory:
+    if not r.profile.gpu_count or not r.ctx.rules.warn_missing_host_memory:
         return ()
     return _host_memory_findings(r.pod, r.profile)
 
@@ -311,7 +312,7 @@ def _tensor_parallel(r: CheckContext) -> Iterable[Finding]:
     profile = r.profile
     model = profile.model
     parallel = profile.tensor_parallel
-    if (not profile.gpu_count or not r.rules.warn_tensor_parallel_over_pcie or model is None
+    if (not profile.gpu_count or not r.ctx.rules.warn_tensor_parallel_over_pcie or model is None
             or model.interconnect != "pcie" or parallel is None or parallel[0] <= 1 or profile.gpu_count <= 1):
         return ()
     return (warn("tensor-parallel-over-pcie",
@@ -320,7 +321,7 @@ def _tensor_parallel(r: CheckContext) -> Iterable[Finding]:
 
 
 def _qos(r: CheckContext) -> Iterable[Finding]:
-    policy = r.rules.classes.get(r.profile.workload)
+    policy = r.ctx.rules.classes.get(r.profile.workload)
     if policy is None or not policy.warn_guaranteed_qos:
         return ()
     found = _qos_finding(r.pod)
@@ -329,22 +330,22 @@ def _qos(r: CheckContext) -> Iterable[Finding]:
 
 def _whole_job(r: CheckContext) -> Iterable[Finding]:
     """A multi-node job more than its model's nodes hold (`webhook.core.podgroups.plan.never_whole`)."""
-    found = never_whole(r.profile, r.rules)
+    found = never_whole(r.profile, r.ctx)
     return (found,) if found else ()
 
 
 def _backend(r: CheckContext) -> Iterable[Finding]:
     """A plain pod's queue and topology (a template's pods are held to the backend through their object)."""
-    if not r.rules.scheduler.active or r.template or podview.owners(r.pod):
+    if not r.ctx.rules.scheduler.active or r.template or podview.owners(r.pod):
         return ()
     return backend_findings(r.pod, group="", kind="Pod", pods=[r.pod], profiles=[r.profile], replicas=[1],
-                            rules=r.rules, namespace=_namespace(r))
+                            ctx=r.ctx, namespace=_namespace(r))
 
 
 def _bypasses(r: CheckContext) -> Iterable[Finding]:
-    if not r.rules.bypasses.enabled:
+    if not r.ctx.rules.bypasses.enabled:
         return ()
-    return bypass_findings(r.pod, r.profile, r.rules, _namespace(r))
+    return bypass_findings(r.pod, r.profile, r.ctx, _namespace(r))
 
 
 def _namespace(r: CheckContext) -> str:

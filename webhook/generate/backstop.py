@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from webhook.core.context import Context
 from webhook.core.names import MODE_LABEL
 from webhook.core.rules import MODES, Rules
 from webhook.core.validate import memory_fix, model_fix
@@ -76,17 +77,17 @@ def fact_variables(rules: Rules, views: str) -> list[dict[str, str]]:
 
     and what the validation reads: ``noModel``, ``noMemory`` (the paths of the views that miss them), ``bypassed``.
     """
-    mig_pattern = rules.mig_pattern
+    mig_pattern = rules.accelerators.mig_pattern
     mig_regex = anchored(mig_pattern.pattern) if mig_pattern is not None else None
     mig_sized = mig_pattern is not None and "mem" in mig_pattern.groupindex
     mig = (f"(al.exists(l, size(l) > 0) && al.all(l, l.all(n, n.matches({cel_string(mig_regex)}))))"
            if mig_sized and mig_regex else "false")
     sized_tests = ([f"n.matches({cel_string(mig_regex)})"] if mig_sized and mig_regex else []) + \
-        [device_test("n", device) for device in rules.device_resources if device.sized]
-    sized = mig if not any(device.sized for device in rules.device_resources) else \
+        [device_test("n", device) for device in rules.accelerators.device_resources if device.sized]
+    sized = mig if not any(device.sized for device in rules.accelerators.device_resources) else \
         f"(al.exists(l, size(l) > 0) && al.all(l, l.all(n, {' || '.join(sized_tests)})))"
-    device = (f"al.exists(l, l.exists(n, {' || '.join(device_test('n', d) for d in rules.device_resources)}))"
-              if rules.device_resources else "false")
+    device = (f"al.exists(l, l.exists(n, {' || '.join(device_test('n', d) for d in rules.accelerators.device_resources)}))"
+              if rules.accelerators.device_resources else "false")
     shared = shares_in_view(rules, "v")[0]
 
     def each(body: str) -> str:
@@ -223,8 +224,8 @@ def validating_policy(rules: Rules, scope: str | None = None) -> dict[str, Any]:
     views = Views(rules)
     subject = ("(variables.resource == '/pods' ? 'pod' : object.kind + ' ' + object.metadata.?name.orValue('')) + "
                "(variables.resource == '/pods' ? '' : ' ' + {paths}.join(', '))")
-    model = model_fix(rules, None)
-    memory = memory_fix(rules, None)
+    model = model_fix(Context(rules), None)
+    memory = memory_fix(Context(rules), None)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": policy_name(scope), "labels": {"app.kubernetes.io/name": "ai-admission"}},

@@ -94,7 +94,7 @@ OWN_ANNOTATIONS = (names.WORKLOAD_TYPE, names.GPU_MEMORY, names.PROFILE, names.J
 def _own_annotations(rules: Rules, classes: Classes) -> str:
     """No annotation the webhook reads but the record's own: no other hint of ours (one it could refuse), no other
     scheduler's model annotation (device annotations: `plainly_clear`)."""
-    foreign = [*rules.model_annotations, *rules.node_selector_annotations]
+    foreign = [*rules.accelerators.model_annotations, *rules.accelerators.node_selector_annotations]
     notes = "object.metadata.?annotations.orValue({})"
     keys = (f"{notes}.all(k, !k.startsWith({cel_string(names.PREFIX)}) || k in {cel_list(OWN_ANNOTATIONS)})"
             + (f" && !{cel_list(sorted(foreign))}.exists(k, k in {notes})" if foreign else ""))
@@ -146,9 +146,9 @@ def _no_smaller_device(rules: Rules, classes: Classes) -> str:
 
 def _not_mig(rules: Rules, classes: Classes) -> str:
     """Not a MIG slice (its memory and model are read otherwise)."""
-    if rules.mig_pattern is None:
+    if rules.accelerators.mig_pattern is None:
         return "true"
-    return f"!variables.asked[0].matches({cel_string(rules.mig_pattern.pattern)})"
+    return f"!variables.asked[0].matches({cel_string(rules.accelerators.mig_pattern.pattern)})"
 
 
 def _no_priority_class(rules: Rules, classes: Classes) -> str:

@@ -126,7 +126,7 @@ def _pairs(entries: Mapping[str, str]) -> str:
 # -- the variables -----------------------------------------------------------------------------------------------
 
 def _variables(rules: Rules, classes: Mapping[str, ClassSettings]) -> list[dict[str, str]]:
-    share_notes = sorted({key for share in rules.share_annotations for key in share.keys()})
+    share_notes = sorted({key for share in rules.accelerators.share_annotations for key in share.keys()})
     no_share_notes = (f" && !{cel_list(share_notes)}.exists(k, k in object.metadata.?annotations.orValue({{}}))"
                       if share_notes else "")
     variables = [

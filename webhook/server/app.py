@@ -18,9 +18,9 @@ from werkzeug.exceptions import HTTPException
 from webhook.config.settings import Settings
 from webhook.core import podview
 from webhook.core.admission import MUTATE, VALIDATE, Verdict, decide, respond, route_of
-from webhook.core.dra.claims import CLAIM, CLAIM_TEMPLATE
 from webhook.core.review import AdmissionRequest, ReviewError, build_response, parse_review
 from webhook.core.rules import MODES
+from webhook.core.view.claims import CLAIM, CLAIM_TEMPLATE
 from webhook.core.workloads.kinds import KINDS
 
 from .decision_cache import DecisionCache
@@ -104,7 +104,8 @@ def _log_admission(admissions: AdmissionLog, review: AdmissionRequest, endpoint:
 
 
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> Flask:
-    """The webhook's routes around ``services``: the rules in force and the background services of this worker.
+    """The webhook's routes around ``services``: the rules, the cluster's view and the background services of this
+    worker.
 
     gunicorn's workers call ``create_app()``: the settings are read from the environment and the services started
     from them (`webhook.server.services.start_services`). Tests pass ``services`` (`Services.fixed`) and, where
@@ -129,12 +130,12 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             metrics.bad_requests.labels(str(exc.status)).inc()
             return _error(exc.status, exc.message)
         try:
-            rules, view = running.rules, running.view
-            route = route_of(review, rules=rules, endpoint=endpoint, path_mode=path_mode)
+            ctx = running.context
+            route = route_of(review, rules=ctx.rules, endpoint=endpoint, path_mode=path_mode)
             if decisions is None:
-                verdict = decide(review, rules=rules, endpoint=endpoint, view=view, route=route)
+                verdict = decide(review, ctx=ctx, endpoint=endpoint, route=route)
             else:
-                verdict = decisions.decide(review, route, rules=rules, endpoint=endpoint, view=view, decide=decide)
+                verdict = decisions.decide(review, route, ctx=ctx, endpoint=endpoint, decide=decide)
             payload = respond(review, verdict)
         except Exception:  # a bug must not kill the worker or block the cluster: admit, say so, log it
             log.exception("internal error reviewing uid %s", review.uid)

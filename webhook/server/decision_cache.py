@@ -22,11 +22,8 @@ from typing import Callable
 import orjson
 
 from webhook.core.admission import Route, Verdict
-from webhook.core.podgroups.support import PodGroupSupport
+from webhook.core.context import Context
 from webhook.core.review import AdmissionRequest
-from webhook.core.rules import Rules
-from webhook.core.view.cluster_view import ClusterView
-from webhook.core.view.priority_state import PriorityClassState
 
 SIZE = 512  # entries per worker (the settings' AI_ADMISSION_DECISION_CACHE); 0 turns it off
 _IGNORED_METADATA = ("name", "generateName", "uid", "managedFields")
@@ -48,39 +45,49 @@ def decision_key(request: AdmissionRequest, route: Route) -> bytes | None:
     return orjson.dumps([route.action, route.mode, route.namespace]) + body
 
 
+def _basis(ctx: Context) -> tuple[object, ...]:
+    """What a remembered verdict was decided on, besides the pod: the rules and each part of the cluster's view a
+    pod's verdict reads (the claims are never read: a pod that takes claims is not remembered). Held, not compared
+    by id: an id can be reused once an object is gone."""
+    cluster = ctx.cluster
+    return (ctx.rules, cluster.nodes, cluster.gpu_classes, cluster.queues, cluster.priority_classes,
+            cluster.pod_groups)
+
+
+def _same(held: tuple[object, ...], basis: tuple[object, ...]) -> bool:
+    return len(held) == len(basis) and all(a is b for a, b in zip(held, basis, strict=True))
+
+
 class DecisionCache:
-    """A bounded LRU of verdicts, valid for one rules object, one PriorityClass state and one Workload API support."""
+    """A bounded LRU of verdicts, valid for one basis (`_basis`): the rules and the parts of the cluster's view."""
 
     def __init__(self, size: int = SIZE) -> None:
         self._size = size
         self._entries: OrderedDict[bytes, tuple[Verdict | None, str]] = OrderedDict()
         self._lock = threading.Lock()
-        self._rules: Rules | None = None  # held, not compared by id: an id can be reused once an object is gone
-        self._priority_classes: PriorityClassState | None = None
-        self._pod_groups: PodGroupSupport | None = None
+        self._basis: tuple[object, ...] = ()
         self.hits = 0
 
-    def decide(self, request: AdmissionRequest, route: Route, *, rules: Rules, endpoint: str, view: ClusterView,
+    def decide(self, request: AdmissionRequest, route: Route, *, ctx: Context, endpoint: str,
                decide: Callable[..., Verdict | None]) -> Verdict | None:
         """``decide(request, ...)``'s verdict, remembered when the same pod comes again."""
         key = decision_key(request, route)
         if key is None:
-            return decide(request, rules=rules, endpoint=endpoint, view=view, route=route)
+            return decide(request, ctx=ctx, endpoint=endpoint, route=route)
         subject = route.subject
-        priority_classes, pod_groups = view.priority_classes, view.pod_groups
+        basis = _basis(ctx)
         with self._lock:
-            if (self._rules is not rules or self._priority_classes is not priority_classes
-                    or self._pod_groups is not pod_groups):
+            if not _same(self._basis, basis):
                 self._entries.clear()
-                self._rules, self._priority_classes, self._pod_groups = rules, priority_classes, pod_groups
+                self._basis = basis
             found = self._entries.get(key)
             if found is not None and (found[0] is None or found[0].message is None or found[1] == subject):
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return found[0]
-        verdict = decide(request, rules=rules, endpoint=endpoint, view=view, route=route)
+        verdict = decide(request, ctx=ctx, endpoint=endpoint, route=route)
         with self._lock:
-            if self._rules is rules and self._priority_classes is priority_classes and self._pod_groups is pod_groups:
+            if _same(self._basis, basis):
                 self._entries[key] = (verdict, subject)
                 if len(self._entries) > self._size:
                     self._entries.popitem(last=False)

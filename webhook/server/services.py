@@ -1,10 +1,11 @@
-"""What one worker runs besides its request handlers, started in one place: the rules in force and the
-background services that keep them and the cluster's facts current.
+"""What one worker runs besides its request handlers, started in one place: the rules file, the cluster's view,
+and the background services that keep both current.
 
-The rules in force are the file's with the cluster's view merged in (`webhook.core.view.cluster_view.in_force`):
-what the node watch, the DRA watch's DeviceClasses and the queue watch know. Each change (a rules reload, a node
-event, a class, a queue) computes a new rules object and hands it over in one assignment, so requests in flight
-keep the object they started with; `Services.view` is the cluster as a request sees it. The background services
+A request is judged in a context (`webhook.core.context.Context`): the rules file beside the cluster's view. The
+view's indexed parts are worked out from what the node watch, the DRA watch's DeviceClasses and the queue watch
+know (`webhook.core.view.observe`), each once per change of its watch (a rules reload works out all three again),
+and handed over in one assignment, so requests in flight keep the view they started with; `Services.context` adds
+the PriorityClasses', the claims' and the Workload API's latest for each request. The background services
 are the rules file watch (`webhook.server.reload`), the watches of PriorityClasses, Nodes and DRA objects
 (`webhook.cluster`), and the PolicyReport writer; each is switched by the settings, and each watch is counted by
 the same metrics (`webhook.server.metrics.WatchMetrics`). An app built around given rules (`Services.fixed`, for
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,14 @@ from webhook.cluster.queues import QueueWatch
 from webhook.cluster.reports import ReportWriter
 from webhook.config.rules_file import default_rules_path
 from webhook.config.settings import Settings
-from webhook.core.dra.claims import ClaimIndex
+from webhook.core.context import Context
 from webhook.core.podgroups.support import NOT_KNOWN, PodGroupSupport
 from webhook.core.rules import PriorityClassSpec, Rules
-from webhook.core.view.cluster_view import CLUSTER, NOTHING_KNOWN, ClusterView, Objects, in_force
-from webhook.core.view.node_facts import DiscoveredCatalog
+from webhook.core.view.claims import ClaimIndex
+from webhook.core.view.cluster_view import CLUSTER, NOTHING_KNOWN, Objects
+from webhook.core.view.node_catalog import node_catalog
+from webhook.core.view.node_facts import UNDISCOVERED, DiscoveredCatalog
+from webhook.core.view.observe import classes_seen, queues_seen
 from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
 
 from .metrics import WatchMetrics, instruments
@@ -46,9 +50,9 @@ def priority_classes(rules: Rules) -> list[PriorityClassSpec]:
 
 @dataclass
 class Services:
-    """The rules in force (``rules``) and the services of one worker; `stop` ends them all."""
+    """The rules file (``rules``), the cluster's view and the services of one worker; `stop` ends them all."""
 
-    file_rules: Rules
+    rules: Rules
     rules_watch: RulesWatch | None = None
     priority_class_watch: PriorityClassWatch | None = None
     node_watch: NodeWatch | None = None
@@ -58,21 +62,22 @@ class Services:
     facts_writer: FactsWriter | None = None
     pod_group_watch: PodGroupWatch | None = None
     pod_group_controller: PodGroupController | None = None
-    rules: Rules = field(init=False)
 
     def __post_init__(self) -> None:
         # Every field first, callbacks last: wiring a watch may call back at once (the node watch's catalog is
-        # merged as it is wired), and a callback reads every field of the object (`_compose`). A field set after
-        # the first callback made every worker die at start whenever the node watch ran.
+        # worked out as it is wired), and a callback reads every field of the object. A field set after the first
+        # callback made every worker die at start whenever the node watch ran.
         self._lock = threading.Lock()
-        self._cluster = NOTHING_KNOWN  # what the node, DeviceClass and queue watches know
-        self.rules = self.file_rules
+        self._nodes = UNDISCOVERED                     # what the node watch knows, as it knows it
+        self._device_classes: tuple[Objects, ...] = ()  # the DeviceClasses the DRA watch knows
+        self._queues: Objects | None = None             # the backend's queue objects the queue watch knows
+        self._cluster = NOTHING_KNOWN                   # the view's indexed parts, worked out from the three
         self.attach(node_watch=self.node_watch, claim_watch=self.claim_watch, queue_watch=self.queue_watch)
 
     def attach(self, *, node_watch: NodeWatch | None = None, claim_watch: ClaimWatch | None = None,
                queue_watch: QueueWatch | None = None) -> None:
-        """Wire the watches that feed the rules in force: each one's callback set, and what each already knows
-        merged in at once (a watch may have been started before it was attached)."""
+        """Wire the watches that feed the cluster's view: each one's callback set, and what each already knows
+        taken in at once (a watch may have been started before it was attached)."""
         if node_watch is not None:
             self.node_watch = node_watch
             node_watch.on_change = self.set_discovered
@@ -88,12 +93,20 @@ class Services:
             if queue_watch.listed:
                 self.set_queues(queue_watch.objects())
 
-    def _update(self, **changes: Any) -> None:
-        """One part of the cluster's view changed: the rules in force computed afresh (`in_force`) and handed
-        over in one assignment, so requests in flight keep the object they started with."""
+    def _observe(self, *, nodes: bool = False, classes: bool = False, queues: bool = False) -> None:
+        """The parts of the view whose input changed, worked out again against the rules (the queues count GPUs by
+        the accelerators in force, so a change of classes works them out too), handed over in one assignment."""
         with self._lock:
-            self._cluster = replace(self._cluster, **changes)
-            self.rules = in_force(self.file_rules, self._cluster)
+            rules, cluster = self.rules, self._cluster
+            if nodes:
+                cluster = replace(cluster, nodes=node_catalog(rules, self._nodes))
+            if classes:
+                cluster = replace(cluster, gpu_classes=classes_seen(rules, self._device_classes))
+            if classes or queues:
+                classes_in_force = cluster.gpu_classes
+                accelerators = classes_in_force.accelerators if classes_in_force else rules.accelerators
+                cluster = replace(cluster, queues=queues_seen(rules, self._queues, accelerators))
+            self._cluster = cluster
 
     @classmethod
     def fixed(cls, rules: Rules, *, priority_class_watch: PriorityClassWatch | None = None,
@@ -103,40 +116,42 @@ class Services:
         return cls(rules, priority_class_watch=priority_class_watch, node_watch=node_watch, claim_watch=claim_watch,
                    queue_watch=queue_watch)
 
-    # the rules in force
+    # what the watches hand over
 
     def set_rules(self, rules: Rules) -> None:
-        """A reloaded rules file (the cluster's view merged in again)."""
+        """A reloaded rules file: the view worked out again against it."""
         with self._lock:
-            self.file_rules = rules
-            self.rules = in_force(rules, self._cluster)
+            self.rules = rules
+        self._observe(nodes=True, classes=True, queues=True)
         if self.priority_class_watch is not None:
             self.priority_class_watch.refresh()
 
     def set_discovered(self, discovered: DiscoveredCatalog) -> None:
-        """A changed node catalog (merged into the file's rules)."""
-        self._update(nodes=discovered)
+        """A changed node catalog."""
+        self._nodes = discovered
+        self._observe(nodes=True)
         _count_catalog(discovered)
 
     def set_queues(self, objects: list[dict[str, Any]]) -> None:
         """The scheduler backend's queues changed (the checks of a workload's queue read them)."""
-        self._update(queues=Objects(tuple(objects), CLUSTER))
+        self._queues = Objects(tuple(objects), CLUSTER)
+        self._observe(queues=True)
 
     def set_device_classes(self, objects: list[dict[str, Any]]) -> None:
-        """The cluster's DeviceClasses changed (their GPU classes merged into the rules)."""
-        self._update(device_classes=(Objects(tuple(objects), CLUSTER),) if objects else ())
+        """The cluster's DeviceClasses changed."""
+        self._device_classes = (Objects(tuple(objects), CLUSTER),) if objects else ()
+        self._observe(classes=True)
 
     # what the request path reads
 
     @property
-    def view(self) -> ClusterView:
-        """The cluster as a request sees it: the watches' view, with the PriorityClasses' and claims' latest."""
-        cluster = self._cluster
+    def context(self) -> Context:
+        """What a request is judged by: the rules file and the cluster's view, with the PriorityClasses', claims'
+        and Workload API's latest (each kept by its own watch)."""
         groups = self.pod_group_watch
-        return ClusterView(nodes=cluster.nodes, device_classes=cluster.device_classes, queues=cluster.queues,
-                           priority_classes=self.priority_classes, claims=self.claim_index,
-                           pod_groups=groups.support if groups is not None else NOT_KNOWN,
-                           jobs=groups.job if groups is not None else None)
+        return Context(self.rules, replace(self._cluster, priority_classes=self.priority_classes, claims=self.claim_index,
+                                           pod_groups=groups.support if groups is not None else NOT_KNOWN,
+                                           jobs=groups.job if groups is not None else None))
 
     @property
     def priority_classes(self) -> PriorityClassState:
@@ -190,7 +205,7 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
     path = default_rules_path(settings.rules)
     rules, file_error = load_at_start(path, settings.last_good_rules)
     observer = WatchMetrics()
-    # The services object exists before any watch that reads it: the watches read the rules in force through it,
+    # The services object exists before any watch that reads it: the watches read the rules and the view through it,
     # and are attached (their callbacks wired) before any is started.
     services = Services(rules)
     if settings.priority_class_watch:
@@ -199,7 +214,7 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
                                                            on_change=_count_priority_classes)
     node_watch = claim_watch = queue_watch = None
     if settings.node_watch:
-        node_watch = NodeWatch(lambda: services.file_rules, resync=settings.node_resync_seconds, observer=observer)
+        node_watch = NodeWatch(lambda: services.rules, resync=settings.node_resync_seconds, observer=observer)
     if settings.claim_watch:
         claim_watch = ClaimWatch(resync=settings.claims_resync_seconds, observer=observer)
     if settings.queue_watch and rules.scheduler.active and rules.scheduler.backend.queue_kinds:
@@ -209,12 +224,11 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
     services.rules_watch = RulesWatch(path, services.set_rules, interval=settings.rules_check_seconds,
                                       last_good=settings.last_good_rules)
     services.rules_watch.last_error = file_error
-    services.report_writer = ReportWriter(lambda: services.rules, interval=settings.reports_check_seconds,
+    services.report_writer = ReportWriter(lambda: services.context, interval=settings.reports_check_seconds,
                                           lock_dir=settings.metrics_dir, observer=observer)
     if settings.facts_writer:
-        services.facts_writer = FactsWriter(lambda: services.rules, namespace=settings.namespace,
-                                            interval=settings.facts_check_seconds, lock_dir=settings.metrics_dir,
-                                            priority_classes=lambda: services.priority_classes)
+        services.facts_writer = FactsWriter(lambda: services.context, namespace=settings.namespace,
+                                            interval=settings.facts_check_seconds, lock_dir=settings.metrics_dir)
     if settings.pod_group_watch:
         metrics = instruments()
 
@@ -226,10 +240,10 @@ def start_services(settings: Settings) -> tuple[Services, str | None]:
             namespace=settings.namespace, interval=settings.pod_groups_check_seconds, observer=observer,
             on_change=gang_in_service)
         services.pod_group_controller = PodGroupController(
-            lambda: services.rules, lambda: watch.support, namespace=settings.namespace,
+            lambda: services.context, lambda: watch.support, namespace=settings.namespace,
             interval=settings.pod_groups_check_seconds, lock_dir=settings.metrics_dir,
-            priority_classes=lambda: services.priority_classes, observer=observer,
-            on_made=lambda _: metrics.pod_groups_made.inc(), on_recount=lambda _: metrics.pod_groups_recounted.inc())
+            observer=observer, on_made=lambda _: metrics.pod_groups_made.inc(),
+            on_recount=lambda _: metrics.pod_groups_recounted.inc())
     for service in (services.rules_watch, services.priority_class_watch, node_watch, claim_watch, queue_watch,
                     services.report_writer, services.facts_writer, services.pod_group_watch,
                     services.pod_group_controller):

@@ -17,18 +17,17 @@ effects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 from .. import podview
+from ..context import Context
 from ..findings import Finding, deny, warn
 from ..patch import Editor, Path
-from ..placement import packing_key, target_of
+from ..placement import packing_key
 from ..profile import Profile, build_profile
-from ..rules import Rules
 from ..workloads.templates import BUILT, POD_SPEC, Template, dig
-from .queues import read_queues
 from .rules import Backend, Write
 
 RUNTIME_PATCH_MANAGER = "ai-admission.io/webhook"  # this webhook's entry of a TrainJob's runtimePatches
@@ -76,7 +75,7 @@ def _job_of(profiles: list[Profile], name: str, pods: int) -> _Job | None:
                 multi_node=any(p.multi_node for p in profiles))
 
 
-def _value(write: Write, backend: Backend, job: _Job, rules: Rules, warnings: list[str]) -> tuple[Any, bool]:
+def _value(write: Write, backend: Backend, job: _Job, ctx: Context, warnings: list[str]) -> tuple[Any, bool]:
     """(value, required) for ``write``; value None when there is nothing to write (the pod is told why)."""
     intent = write.intent
     if intent == "queue":
@@ -86,24 +85,24 @@ def _value(write: Write, backend: Backend, job: _Job, rules: Rules, warnings: li
                             f".queues): the workload names none, so {backend.name} does not admit it")
         return queue, False
     if intent == "priorityClass":
-        policy = rules.classes.get(job.workload)
+        policy = ctx.rules.classes.get(job.workload)
         default = policy.priority_class.name if policy and policy.priority_class else None
         return backend.priority_classes.get(job.workload, default), False
     if intent == "preemptibility":
         return write.values.get("preemptible" if job.profile.preemptible else "protected"), False
     if intent == "topology":
-        policy = rules.classes.get(job.workload)
+        policy = ctx.rules.classes.get(job.workload)
         plan = policy.mutate.pod_affinity if policy else None
         if plan is None or not job.multi_node:
             return None, False
-        return packing_key(rules, job.profile, plan.topology_key, warnings), plan.required
+        return packing_key(ctx.target_of(job.profile.model), job.profile, plan.topology_key, warnings), plan.required
     if intent == "topologyName":
         return (backend.topology_name if job.multi_node else None), False
     if intent == "podGroup":
         if not job.multi_node or not job.name:
             return None, False
         # with the cluster's PodGroups known, validation says whether this one exists (queue-not-found)
-        if backend.names_pod_groups and rules.queues is None:
+        if backend.names_pod_groups and ctx.cluster.queues is None:
             warnings.append(f'{backend.name}: the pods name PodGroup "{job.name}", which must exist with minMember '
                             f"{job.pods} (ai-admission creates none)")
         return job.name, False
@@ -147,13 +146,13 @@ def _trial_owned(obj: Mapping[str, Any]) -> bool:
 
 
 def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: list[Template],
-                   rules: Rules) -> OwnerMutation:
+                   ctx: Context) -> OwnerMutation:
     """The backend's writes on an owner of the kinds table and on each of its pod templates, at its CREATE."""
     result = OwnerMutation()
-    backend = rules.scheduler.backend
-    if not rules.scheduler.active or not templates:
+    backend = ctx.rules.scheduler.backend
+    if not ctx.rules.scheduler.active or not templates:
         return result
-    elsewhere = rules.scheduler.scheduled_elsewhere(group, kind)
+    elsewhere = ctx.rules.scheduler.scheduled_elsewhere(group, kind)
     if elsewhere is not None:
         result.warnings.append(f"{kind} ({group}) is always scheduled by {elsewhere}, not {backend.name}: no "
                                f"{backend.name} queue, priority or gang is written on it (scheduler.ownScheduler)")
@@ -163,7 +162,7 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
         for pod in pods:
             pod["metadata"] = {**pod["metadata"], "annotations": {
                 "ai-admission.io/workload-type": "hpo", **podview.string_map(pod["metadata"].get("annotations"))}}
-    profiles = [build_profile(pod, rules, world=t.world) for pod, t in zip(pods, templates, strict=True)]
+    profiles = [build_profile(pod, ctx, world=t.world) for pod, t in zip(pods, templates, strict=True)]
     name = str(podview.metadata(obj).get("name") or podview.metadata(obj).get("generateName") or "")
     total = sum(t.replicas for t, p in zip(templates, profiles, strict=True) if p.gpu_count) or 1
     job = _job_of(profiles, name, total)
@@ -177,7 +176,7 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
             continue
         if write.intent == "suspend" and not queued:
             continue  # Kueue suspends what it queues: only a workload with a queue
-        value, required = _value(write, backend, job, rules, warnings)
+        value, required = _value(write, backend, job, ctx, warnings)
         if value is not None:
             _apply(editor, (), write, value, required, spec_base=None)
         if write.intent == "queue" and _written(editor.doc, write):
@@ -190,7 +189,7 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
         for write in template_writes:
             if write.multi_node_only and not job.multi_node:
                 continue
-            value, required = _value(write, backend, pod_job, rules, warnings)
+            value, required = _value(write, backend, pod_job, ctx, warnings)
             if value is None:
                 continue
             if kind == "TrainJob" and group == "trainer.kubeflow.org":
@@ -237,21 +236,21 @@ def _add_runtime_patch(editor: Editor, metadata: Mapping[str, Any]) -> None:
     editor.append(("spec", "runtimePatches"), entry)
 
 
-def pod_writes(pod: Mapping[str, Any], profile: Profile, rules: Rules, editor: Editor, warnings: list[str],
+def pod_writes(pod: Mapping[str, Any], profile: Profile, ctx: Context, editor: Editor, warnings: list[str],
                job_label: tuple[str, str] | None) -> None:
     """The backend's writes on a pod at its CREATE: a plain pod (no owner) takes the ``pod`` writes; a pod with an
     owner takes the ``template`` writes the scheduler reads from pods (``readFromPods``) that its owner's template
     did not carry (a kind that builds its pods from its own fields, an owner created before the backend was chosen),
     so that a pod whose owner was mutated gets nothing twice."""
-    backend = rules.scheduler.backend
-    if not rules.scheduler.active or profile.workload == "none":
+    backend = ctx.rules.scheduler.backend
+    if not ctx.rules.scheduler.active or profile.workload == "none":
         return
     owner = next((o for o in podview.owners(pod) if o.get("controller")), None) or next(iter(podview.owners(pod)), None)
     if owner is None:
         writes = backend.writes_on("pod", "", "Pod")
     else:  # only what the scheduler reads from each pod: a template's topology annotation is read once, by Kueue
         owner_group = str(owner.get("apiVersion", "")).rpartition("/")[0]
-        if rules.scheduler.scheduled_elsewhere(owner_group, str(owner.get("kind", ""))):
+        if ctx.rules.scheduler.scheduled_elsewhere(owner_group, str(owner.get("kind", ""))):
             return  # said at the owner's CREATE
         writes = [w for w in backend.writes_on("template", owner_group, str(owner.get("kind", ""))) if w.read_from_pods]
     job = _Job(workload=profile.workload, profile=profile, name=job_label[1] if job_label else "",
@@ -261,7 +260,7 @@ def pod_writes(pod: Mapping[str, Any], profile: Profile, rules: Rules, editor: E
             continue
         if write.intent == "podGroup" and not job.name:
             continue
-        value, required = _value(write, backend, job, rules, warnings)
+        value, required = _value(write, backend, job, ctx, warnings)
         if value is not None:
             _apply(editor, (), write, value, required, spec_base=("spec",))
 
@@ -297,7 +296,7 @@ def _queue_of(obj: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], backend
 
 
 def backend_findings(obj: Mapping[str, Any], *, group: str, kind: str, pods: list[Mapping[str, Any]],
-                     profiles: list[Profile], replicas: list[int], rules: Rules, namespace: str) -> list[Finding]:
+                     profiles: list[Profile], replicas: list[int], ctx: Context, namespace: str) -> list[Finding]:
     """A workload (an owner with its templates' pods, or one plain pod) held to the backend and its queues."""
     found: list[Finding] = []
     priorities = {str(p) for pod in pods if (p := podview.spec(pod).get("priorityClassName"))}
@@ -306,12 +305,12 @@ def backend_findings(obj: Mapping[str, Any], *, group: str, kind: str, pods: lis
                           f"the pods of one job name different PriorityClasses ({', '.join(sorted(priorities))}): a "
                           f"scheduler that preempts by priority can take some of them and leave the rest waiting for "
                           f"peers; give every template the same priorityClassName (or none: the class's is set)"))
-    backend = rules.scheduler.backend
-    if not rules.scheduler.active:
+    backend = ctx.rules.scheduler.backend
+    if not ctx.rules.scheduler.active:
         return found
     gpus = sum(p.gpu_count * r for p, r in zip(profiles, replicas, strict=True))
-    found += _topology_findings(obj, pods, profiles, gpus, rules, group, kind)
-    queues = rules.queues
+    found += _topology_findings(obj, pods, profiles, gpus, ctx, group, kind)
+    queues = ctx.cluster.queues
     if queues is None:
         return found
     queue_name = _queue_of(obj, pods, backend, group, kind)
@@ -363,14 +362,14 @@ def _required_level(obj: Mapping[str, Any], pods: list[Mapping[str, Any]], backe
 
 
 def _topology_findings(obj: Mapping[str, Any], pods: list[Mapping[str, Any]], profiles: list[Profile], gpus: int,
-                       rules: Rules, group: str, kind: str) -> list[Finding]:
+                       ctx: Context, group: str, kind: str) -> list[Finding]:
     """A required topology level no domain of which can hold the job: the scheduler would keep it pending forever.
     Judged only where the GPU nodes are known (the server's node watch, ``check --cluster``)."""
-    required = _required_level(obj, pods, rules.scheduler.backend, group, kind)
+    required = _required_level(obj, pods, ctx.rules.scheduler.backend, group, kind)
     asking = next((p for p in profiles if p.gpu_count and p.model is not None), None)
     if required is None or asking is None or not gpus:
         return []
-    target = target_of(rules, asking.model)
+    target = ctx.target_of(asking.model)
     if target is None:
         return []
     annotation, key = required
@@ -386,12 +385,3 @@ def _topology_findings(obj: Mapping[str, Any], pods: list[Mapping[str, Any]], pr
                      f"(the largest holds {level.largest}), so it would never be placed; require a broader level or "
                      f"ask for it as preferred")]
     return []
-
-
-def with_queues(rules: Rules, objects: Iterable[Mapping[str, Any]], *, source: str) -> Rules:
-    """``rules`` with the backend's queues among ``objects`` (unchanged when the backend reads none, or none are)."""
-    if not rules.scheduler.active:
-        return rules
-    backend = rules.scheduler.backend
-    index = read_queues(backend.name, backend.queue_kinds, objects, rules.is_accelerator, source=source)
-    return rules if index is None else replace(rules, queues=index)

@@ -29,10 +29,10 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from .. import podview
+from ..context import Context
 from ..dra.rules import DEVICE_CLASS_RESOURCE_PREFIX
 from ..findings import Finding
 from ..profile import ContainerKey, Profile
-from ..rules import Rules
 from . import env_sources
 from .rules import PATHS, BypassRules
 
@@ -76,9 +76,9 @@ def _host_path(volume: Mapping[str, Any]) -> str | None:
     return path if isinstance(path, str) else None
 
 
-def bypass_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules, namespace: str) -> list[Finding]:
+def bypass_findings(pod: Mapping[str, Any], profile: Profile, ctx: Context, namespace: str) -> list[Finding]:
     """The pod's paths to a GPU that are not its accelerator requests, each as its class's rules say."""
-    bypasses: BypassRules = rules.bypasses
+    bypasses: BypassRules = ctx.rules.bypasses
     spec = podview.spec(pod)
     if not bypasses.enabled or bypasses.exempt(namespace, spec.get("serviceAccountName")):
         return []
@@ -146,7 +146,7 @@ def bypass_findings(pod: Mapping[str, Any], profile: Profile, rules: Rules, name
             if not isinstance(name, str) or not name.startswith(DEVICE_CLASS_RESOURCE_PREFIX):
                 continue
             device_class = name[len(DEVICE_CLASS_RESOURCE_PREFIX):]
-            if device_class in rules.dra.device_classes or rules.is_accelerator(name):
+            if device_class in ctx.device_classes or ctx.accelerators.is_accelerator(name):
                 continue
             add("unknownDeviceClass", f"{_named(container, kind)} asks for {name}, a DeviceClass ai-admission does "
                                       f"not know (not in the rules, not seen in the cluster): if its devices are "

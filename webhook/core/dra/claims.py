@@ -13,23 +13,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from webhook.core.findings import Finding, deny, warn
 from webhook.core.hints import NO_HINTS, Hints, read_hints
 from webhook.core.models import ModelChoice, bigger_models, known_models
 from webhook.core.podview import PodFacts
 from webhook.core.quantity import QuantityError, format_bytes, parse_quantity
-from webhook.core.rules import GpuModel, Rules
+from webhook.core.rules import GpuModel
 
 from .. import names, podview
+from ..context import Context
+from ..view.claims import CLAIM, CLAIM_TEMPLATE, ClaimSource
 from .cel import ATTRIBUTE, CAPACITY, Term, read_selector
 from .rules import GpuDeviceClass, mig_profile_memory
 
 GROUP = "resource.k8s.io"
-CLAIM_TEMPLATE = "ResourceClaimTemplate"
-CLAIM = "ResourceClaim"
-CLAIM_KINDS = (CLAIM_TEMPLATE, CLAIM)
 # Claims made for a pod by Kubernetes itself, from a template (the resource claim controller) or from a pod's
 # extended resources (the scheduler): the template, or the pod, was judged when it was admitted.
 GENERATED = ("resource.kubernetes.io/pod-claim-name", "resource.kubernetes.io/extended-resource-claim")
@@ -38,7 +37,6 @@ EXAMPLE_MEMORY = "40Gi"  # the memory the messages suggest, as the pod messages 
 
 ContainerKey = tuple[str, int]  # as in webhook.core.profile: ("initContainers" | "containers", index)
 # (kind, name) -> the object of that kind and name in the pod's namespace, or None when it is not known
-ClaimSource = Callable[[str, str], Optional[Mapping[str, Any]]]
 
 
 @dataclass
@@ -161,7 +159,7 @@ def _memory(terms: list[Term], device_class: GpuDeviceClass) -> tuple[Decimal | 
 
 
 def _gpu_request(request: str, name: str, preferred: bool, spec: Mapping[str, Any], device_class: GpuDeviceClass,
-                 rules: Rules) -> GpuRequest:
+                 ctx: Context) -> GpuRequest:
     terms = _terms(spec, device_class.domain)
     products = sorted({t.value for t in terms if t.kind == ATTRIBUTE and t.name == device_class.product_attribute})
     problems: list[Finding] = []
@@ -170,10 +168,10 @@ def _gpu_request(request: str, name: str, preferred: bool, spec: Mapping[str, An
         problems.append(deny("gpu-model-conflict",
                              f'request "{name}": the selectors pin the product names '
                              f'{" and ".join(_quoted(p) for p in products)}; no device has both'))
-    model = rules.find_model(model_name_of(product)) if product else None
+    model = ctx.find_model(model_name_of(product)) if product else None
     model_where = f'selector {device_class.product_selector(product)}' if product else None
     if device_class.model is not None:
-        class_model = rules.catalog.get(device_class.model)
+        class_model = ctx.catalog.get(device_class.model)
         if product is None:
             model, model_where = class_model, f'device class "{device_class.name}"'
         elif model is not None and model is not class_model:
@@ -201,9 +199,9 @@ def _quoted(text: str) -> str:
     return f'"{text}"'
 
 
-def analyse_claim(obj: Mapping[str, Any], kind: str, rules: Rules) -> ClaimAnalysis:
+def analyse_claim(obj: Mapping[str, Any], kind: str, ctx: Context) -> ClaimAnalysis:
     """The GPU requests of a ResourceClaim or ResourceClaimTemplate (other device classes are left out)."""
-    classes = rules.dra.device_classes
+    classes = ctx.device_classes
     requests: list[GpuRequest] = []
     for request in podview.as_list(devices_of(obj, kind).get("requests")):
         if not isinstance(request, dict):
@@ -212,18 +210,18 @@ def analyse_claim(obj: Mapping[str, Any], kind: str, rules: Rules) -> ClaimAnaly
             device_class = classes.get(str(spec.get("deviceClassName", "")))
             if device_class is None or spec.get("adminAccess") is True:  # admin access: monitoring, not allocation
                 continue
-            requests.append(_gpu_request(str(request.get("name", "")), name, index == 0, spec, device_class, rules))
+            requests.append(_gpu_request(str(request.get("name", "")), name, index == 0, spec, device_class, ctx))
     notes = annotations_of(obj, kind)
-    hints = read_hints(PodFacts({"metadata": {"annotations": notes}}), rules) if notes else NO_HINTS
+    hints = read_hints(PodFacts({"metadata": {"annotations": notes}}), ctx.rules) if notes else NO_HINTS
     return ClaimAnalysis(kind=kind, name=str(podview.metadata(obj).get("name") or ""), hints=hints,
                          requests=requests, notes=notes)
 
 
 # -- the claim's own admission -----------------------------------------------------------------------------------
 
-def model_fix(device_class: GpuDeviceClass, rules: Rules) -> str:
+def model_fix(device_class: GpuDeviceClass, ctx: Context) -> str:
     return (f"add the selector {device_class.product_selector(device_class.product_example)} (the product name as "
-            f"the driver publishes it; known models: {known_models(rules, device_class.vendor)}), or use a device class that "
+            f"the driver publishes it; known models: {known_models(ctx, device_class.vendor)}), or use a device class that "
             f"pins one model")
 
 
@@ -234,28 +232,28 @@ def memory_fix(device_class: GpuDeviceClass, where: str) -> str:
             f'"{names.GPU_MEMORY}: {EXAMPLE_MEMORY}" on {where}')
 
 
-def _more_memory(rules: Rules, need: Decimal, vendor: str | None) -> str:
-    bigger = bigger_models(rules, need, vendor)
+def _more_memory(ctx: Context, need: Decimal, vendor: str | None) -> str:
+    bigger = bigger_models(ctx, need, vendor)
     return f"use a model with more memory ({bigger})" if bigger else "shard the model further"
 
 
-def _request_findings(claim: ClaimAnalysis, req: GpuRequest, rules: Rules) -> list[Finding]:
+def _request_findings(claim: ClaimAnalysis, req: GpuRequest, ctx: Context) -> list[Finding]:
     found = list(req.problems)
     label = f'request "{req.name}"'
     asks = f"{label} ({'all' if req.all_devices else req.count} x {req.device_class.name})"
-    if req.all_devices and not rules.dra.allow_allocation_mode_all:
+    if req.all_devices and not ctx.rules.dra.allow_allocation_mode_all:
         most = f" (at most {req.model.gpus_per_node} for {req.model.name})" if req.model else ""
         found.append(deny("gpu-allocation-all",
                           f"{label} asks for every {req.device_class.name} device of a node (allocationMode: All); "
                           f"set allocationMode: ExactCount and a count{most}"))
-    model_needed = not (req.device_class.mig and not rules.mig_needs_model)
+    model_needed = not (req.device_class.mig and not ctx.accelerators.mig_needs_model)
     if model_needed and req.product is None and req.model is None:
         found.append(deny("gpu-model-missing",
-                          f"{asks} does not pin the GPU model: {model_fix(req.device_class, rules)}"))
+                          f"{asks} does not pin the GPU model: {model_fix(req.device_class, ctx)}"))
     elif req.product is not None and req.model is None:
         found.append(deny("gpu-model-unknown",
                           f'{label}: product name {_quoted(req.product)} ({req.model_where}) is not in the '
-                          f'catalog; known models: {known_models(rules, req.device_class.vendor)}'))
+                          f'catalog; known models: {known_models(ctx, req.device_class.vendor)}'))
     if req.memory is None and not claim.states_memory:
         found.append(deny("gpu-memory-missing",
                           f"{asks} does not say how much GPU memory it needs: "
@@ -272,17 +270,17 @@ def _request_findings(claim: ClaimAnalysis, req: GpuRequest, rules: Rules) -> li
         found.append(deny("gpu-memory-exceeds",
                           f"{label}: the {req.memory_where} asks for more memory than a {model.name} card holds "
                           f"({card}), so no device can match; "
-                          f"{_more_memory(rules, req.memory, req.device_class.vendor)}"))
+                          f"{_more_memory(ctx, req.memory, req.device_class.vendor)}"))
     gpu_memory = claim.hints.gpu_memory
     if gpu_memory is not None and gpu_memory > model.memory:
         found.append(deny("gpu-memory-exceeds",
                           f"{label}: needs {format_bytes(gpu_memory)} of GPU memory per GPU (annotation "
                           f"{names.GPU_MEMORY}) but a {model.name} card holds {card}; "
-                          f"{_more_memory(rules, gpu_memory, req.device_class.vendor)}"))
+                          f"{_more_memory(ctx, gpu_memory, req.device_class.vendor)}"))
     return found
 
 
-def _params_findings(claim: ClaimAnalysis, rules: Rules) -> list[Finding]:
+def _params_findings(claim: ClaimAnalysis, ctx: Context) -> list[Finding]:
     """The model's weights (annotations model-params + model-precision) against the claim's cards.
 
     A claim has no workload class; its annotation ai-admission.io/workload-type, else the rules' default
@@ -293,10 +291,10 @@ def _params_findings(claim: ClaimAnalysis, rules: Rules) -> list[Finding]:
         return []
     preferred = [r for r in claim.requests if r.preferred and not r.device_class.mig]
     count = sum(r.count for r in preferred)
-    workload = hints.workload_type or rules.default_class
-    policy = rules.classes.get(workload)
+    workload = hints.workload_type or ctx.rules.default_class
+    policy = ctx.rules.classes.get(workload)
     factor = policy.memory_factor if policy else Decimal(1)
-    total = Decimal(hints.model_params) * rules.precisions[hints.model_precision] * factor
+    total = Decimal(hints.model_params) * ctx.rules.precisions[hints.model_precision] * factor
     found: list[Finding] = []
     for model in {id(r.model): r.model for r in preferred if r.model is not None}.values():
         if count and total > model.memory * count:
@@ -330,15 +328,15 @@ def _total_findings(claim: ClaimAnalysis) -> list[Finding]:
     return found
 
 
-def claim_findings(obj: Mapping[str, Any], kind: str, rules: Rules) -> list[Finding]:
+def claim_findings(obj: Mapping[str, Any], kind: str, ctx: Context) -> list[Finding]:
     """Every finding for a ResourceClaim or ResourceClaimTemplate: deny findings first, then warnings."""
-    claim = analyse_claim(obj, kind, rules)
+    claim = analyse_claim(obj, kind, ctx)
     if not claim.requests:
         return []
     found = list(claim.hints.problems)
     for req in claim.requests:
-        found.extend(_request_findings(claim, req, rules))
-    found.extend(_params_findings(claim, rules))
+        found.extend(_request_findings(claim, req, ctx))
+    found.extend(_params_findings(claim, ctx))
     found.extend(_total_findings(claim))
     return sorted(found, key=lambda f: f.severity != "deny")
 
@@ -384,7 +382,7 @@ class Claimed:
             mig_memory = None
         return {**gpus, **self.gpus}, tuple(merged_users), mig_memory
 
-    def pinned(self, pinned: ModelChoice | None, rules: Rules) -> ModelChoice | None:
+    def pinned(self, pinned: ModelChoice | None, ctx: Context) -> ModelChoice | None:
         """What pins the pod's model: its own nodeSelector or affinity, else its claims."""
         pins = [(r.model, f'claim "{pod_name}" ({claim.subject} request "{r.name}", {r.model_where})', r)
                 for pod_name, claim, r in self.requests if r.model is not None or r.product is not None]
@@ -423,11 +421,11 @@ class Claimed:
         return next(((claim, r) for _, claim, r in self.requests if what(r)),
                     (self.requests[0][1], self.requests[0][2]))
 
-    def model_fix(self, rules: Rules) -> str:
+    def model_fix(self, ctx: Context) -> str:
         claim, req = self._missing(lambda r: r.model is None and r.product is None)
         dc = req.device_class
         return (f"add the selector {dc.product_selector(dc.product_example)} to request \"{req.name}\" of "
-                f"{claim.subject} (known models: {known_models(rules, dc.vendor)})")
+                f"{claim.subject} (known models: {known_models(ctx, dc.vendor)})")
 
     def memory_fix(self) -> str:
         claim, req = self._missing(lambda r: r.memory is None)
@@ -441,36 +439,6 @@ class Claimed:
         return sorted(k for k in keys if k)
 
 
-class ClaimIndex:
-    """The claims and templates of the whole cluster as last seen, by kind and (namespace, name).
-
-    Filled off the request path (by `webhook.cluster.claims`, or by ``check`` from its files); a request only reads it.
-    A kind's whole map is swapped in one assignment after a fresh list, single objects are set or deleted as
-    watch events arrive.
-    """
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = {kind: {} for kind in CLAIM_KINDS}
-
-    def source(self, namespace: str) -> ClaimSource:
-        """Lookups in ``namespace``, for a pod of that namespace."""
-        objects = self.objects
-        return lambda kind, name: objects.get(kind, {}).get((namespace, name))
-
-    def key(self, obj: Mapping[str, Any]) -> tuple[str, str]:
-        meta = podview.metadata(obj)
-        return str(meta.get("namespace") or ""), str(meta.get("name") or "")
-
-    def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
-        self.objects[kind] = {self.key(obj): obj for obj in objects}
-
-    def put(self, kind: str, obj: Mapping[str, Any]) -> None:
-        self.objects[kind][self.key(obj)] = obj
-
-    def remove(self, kind: str, obj: Mapping[str, Any]) -> None:
-        self.objects[kind].pop(self.key(obj), None)
-
-
 def _claim_names(container: Mapping[str, Any], gpu_requests: Mapping[str, set[str]]) -> bool:
     """Whether the container uses a GPU of the pod's claims (a whole claim, or one of its GPU requests)."""
     for ref in podview.as_list(podview.as_dict(container.get("resources")).get("claims")):
@@ -481,10 +449,10 @@ def _claim_names(container: Mapping[str, Any], gpu_requests: Mapping[str, set[st
     return False
 
 
-def unknown_claims(facts: PodFacts, rules: Rules, claims: ClaimSource | None) -> list[Finding]:
+def unknown_claims(facts: PodFacts, ctx: Context, claims: ClaimSource | None) -> list[Finding]:
     """A warning for each claim the pod takes that is not known here (not among check's input; not yet seen by the
     server's watch): what it holds was not judged with the pod."""
-    if claims is None or not rules.dra.device_classes:
+    if claims is None or not ctx.device_classes:
         return []
     found = []
     for entry in podview.as_list(facts.spec.get("resourceClaims")):
@@ -499,12 +467,12 @@ def unknown_claims(facts: PodFacts, rules: Rules, claims: ClaimSource | None) ->
     return found
 
 
-def claimed_gpus(facts: PodFacts, rules: Rules, claims: ClaimSource | None) -> Claimed | None:
+def claimed_gpus(facts: PodFacts, ctx: Context, claims: ClaimSource | None) -> Claimed | None:
     """The GPUs the pod takes through claims ai-admission knows (None: none). A claim not known yet (its
     template is created after the pod, or the watch has not seen it) is left out: the pod is judged as if
     it did not ask for it, and the claim is judged at its own admission."""
     entries = podview.as_list(facts.spec.get("resourceClaims"))
-    if claims is None or not entries or not rules.dra.device_classes:
+    if claims is None or not entries or not ctx.device_classes:
         return None
     gpus: dict[str, int] = {}
     taints: dict[str, str | None] = {}
@@ -519,7 +487,7 @@ def claimed_gpus(facts: PodFacts, rules: Rules, claims: ClaimSource | None) -> C
         obj = claims(kind, name) if isinstance(name, str) and name else None
         if obj is None:
             continue
-        claim = analyse_claim(obj, kind, rules)
+        claim = analyse_claim(obj, kind, ctx)
         preferred = [r for r in claim.requests if r.preferred]
         if not preferred:
             continue

@@ -19,7 +19,6 @@ first (kubernetes/kubernetes dynamic-resource-allocation/deviceclass/extendedres
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
@@ -28,7 +27,7 @@ from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.rules import Rules
 
 from .cel import ATTRIBUTE, CAPACITY, read_selector
-from .rules import DraRules, GpuDeviceClass, mig_profile_memory
+from .rules import GpuDeviceClass, mig_profile_memory
 
 GROUP = "resource.k8s.io"
 KIND = "DeviceClass"
@@ -108,25 +107,6 @@ def read_device_class(obj: Mapping[str, Any], rules: Rules, *, source: str) -> G
         memory=memory, vendor=base.vendor if base else None, product=product,
         extended_resource=extended if isinstance(extended, str) and extended else None,
         created=str(meta.get("creationTimestamp") or ""), source=source)
-
-
-def with_device_classes(rules: Rules, classes: Iterable[GpuDeviceClass]) -> Rules:
-    """``rules`` with these GPU classes added (a class of the same name replaces the rules' own): their implicit
-    and explicit extended resources become accelerators, each served by its class."""
-    added = list(classes)
-    if not added:
-        return rules
-    merged = {**rules.dra.device_classes, **{c.name: c for c in added}}
-    serving: dict[str, GpuDeviceClass] = {}
-    # the newest class first, then by name: the first to claim a name keeps it (the scheduler's choice)
-    for device_class in sorted(merged.values(), key=lambda c: c.name):
-        for resource in device_class.resource_names:
-            held = serving.get(resource)
-            if held is None or device_class.created > held.created:
-                serving[resource] = device_class
-    extended = set(rules.dra.extended_resources) | set(serving)
-    dra: DraRules = replace(rules.dra, device_classes=merged, extended_resources=frozenset(extended), serving=serving)
-    return replace(rules, dra=dra)
 
 
 def classes_of(objects: Iterable[Mapping[str, Any]], rules: Rules, *, source: str) -> list[GpuDeviceClass]:

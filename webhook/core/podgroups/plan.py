@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .. import placement, podview
+from ..context import Context
 from ..findings import Finding, deny, warn
 from ..profile import Profile, build_profile
-from ..rules import Rules
-from ..view.priority_state import PriorityClassState
 from ..workloads.kinds import group_of, templates_of
 from ..workloads.templates import Resolver
 from .support import MANAGED_BY, MANAGED_BY_LABEL, POD_GROUP_LABEL, PodGroupApi, PodGroupSupport
@@ -131,33 +130,32 @@ class GroupPlan:
 BASIC = GroupPlan(min_count=None)  # a group whose count is not known: its pods are scheduled as without one
 
 
-def groups_class(profile: Profile, rules: Rules) -> bool:
+def groups_class(profile: Profile, ctx: Context) -> bool:
     """A pod (or template) with GPUs of a class that is scheduled as a gang on the default scheduler, that does
     not opt out (annotation ``ai-admission.io/gang: "false"``)."""
-    settings = rules.classes.get(profile.workload)
+    settings = ctx.rules.classes.get(profile.workload)
     return bool(profile.gpu_count and settings is not None and settings.mutate.pod_group is not None
                 and profile.hints.gang is not False)
 
 
-def plan_of(profile: Profile, rules: Rules, api: PodGroupApi, *, pods: int,
-            priority_classes: PriorityClassState) -> GroupPlan | None:
+def plan_of(profile: Profile, ctx: Context, api: PodGroupApi, *, pods: int) -> GroupPlan | None:
     """The group of a job of ``pods`` pods like ``profile``'s (one of them, or its template's); None when its
     class has no group (`PodGroupSpec`) or a queueing backend places it."""
-    settings = rules.classes.get(profile.workload)
+    settings = ctx.rules.classes.get(profile.workload)
     spec = settings.mutate.pod_group if settings is not None else None
-    if spec is None or settings is None or rules.scheduler.active:
+    if spec is None or settings is None or ctx.rules.scheduler.active:
         return None
     notes: list[str] = []
     key = None
     if spec.topology:
         affinity = settings.mutate.pod_affinity
-        wanted = placement.packing_key(rules, profile, affinity.topology_key if affinity else None, notes)
+        wanted = placement.packing_key(ctx.target_of(profile.model), profile, affinity.topology_key if affinity else None, notes)
         if wanted is not None and not api.topology:
             notes.append(f"the group is not held to one {wanted} domain: the cluster keeps no topology constraint "
                          f"on a PodGroup (feature gate TopologyAwareWorkloadScheduling)")
         key = wanted if api.topology else None
     priority = settings.priority_class.name if settings.priority_class else None
-    if priority is not None and priority in priority_classes.missing_priority_classes:
+    if priority is not None and priority in ctx.cluster.priority_classes.missing_priority_classes:
         priority = None  # the API server refuses a group naming a class that is not there (the pods are told)
     disruption: str | None = spec.disruption_mode
     if not api.preemption and (priority is not None or disruption != "Pod"):
@@ -194,18 +192,18 @@ def _counted(job: Mapping[str, Any]) -> Iterable[tuple[str, int]]:
     yield "", -1  # every template, with its own count
 
 
-def joining_pods(job: Mapping[str, Any], rules: Rules) -> tuple[int, Profile] | None:
+def joining_pods(job: Mapping[str, Any], ctx: Context) -> tuple[int, Profile] | None:
     """How many of a job's pods join its group, and the profile of the first of them: the pods of each template
     with GPUs of a class that has a group and that is multi-node, as /mutate judges the pods (`join_group`); None
     when none would."""
     counted = dict(_counted(job))
     total, world, first = 0, 0, None
-    for template in templates_of(job, rules=rules) or []:
+    for template in templates_of(job, ctx=ctx) or []:
         prefix = next((p for p in counted if p and template.path.startswith(p + ".")), "" if "" in counted else None)
         if prefix is None:
             continue
-        profile = build_profile(template.pod, rules, world=template.world)
-        if not (groups_class(profile, rules) and profile.multi_node):
+        profile = build_profile(template.pod, ctx, world=template.world)
+        if not (groups_class(profile, ctx) and profile.multi_node):
             continue
         total += template.replicas if counted[prefix] < 0 else counted[prefix]
         if counted[prefix] < 0:  # no world: the template's pods are a job of one
@@ -264,8 +262,7 @@ def job_group_patch(podgroup: Mapping[str, Any], api: PodGroupApi, plan: GroupPl
     return ops
 
 
-def for_job_controllers_group(podgroup: Mapping[str, Any], jobs: Resolver, rules: Rules, api: PodGroupApi,
-                              priority_classes: PriorityClassState,
+def for_job_controllers_group(podgroup: Mapping[str, Any], jobs: Resolver, ctx: Context, api: PodGroupApi,
                               ) -> tuple[Profile, list[dict[str, Any]], tuple[str, ...]] | None:
     """What a PodGroup the Job controller creates is given at its CREATE, from its Job's template (``jobs`` finds
     the Job): the profile, the patch (`job_group_patch`) and what the user is told; None for a group of anyone else
@@ -277,16 +274,15 @@ def for_job_controllers_group(podgroup: Mapping[str, Any], jobs: Resolver, rules
     job = jobs("Job", str(owner.get("name") or ""), str(podview.metadata(podgroup).get("namespace") or ""))
     if job is None or podview.metadata(job).get("uid") != owner.get("uid"):
         return None
-    template = next(iter(templates_of(job, rules=rules, group="batch", kind="Job") or []), None)
+    template = next(iter(templates_of(job, ctx=ctx, group="batch", kind="Job") or []), None)
     if template is None:
         return None
-    profile = build_profile(template.pod, rules, world=template.world)
-    if not (groups_class(profile, rules) and profile.multi_node):
+    profile = build_profile(template.pod, ctx, world=template.world)
+    if not (groups_class(profile, ctx) and profile.multi_node):
         return None
     count = podview.as_dict(podview.as_dict(podview.as_dict(podgroup.get("spec")).get("schedulingPolicy"))
                             .get("gang")).get("minCount")
-    plan = plan_of(profile, rules, api, pods=count if isinstance(count, int) else profile.world.pods,
-                   priority_classes=priority_classes)
+    plan = plan_of(profile, ctx, api, pods=count if isinstance(count, int) else profile.world.pods)
     if plan is None:
         return None
     ops = job_group_patch(podgroup, api, plan)
@@ -347,14 +343,14 @@ def job_grouping_finding(obj: Mapping[str, Any], *, multi_node: bool, support: P
                                    f"groups a Job only with {', '.join(wanted)}")
 
 
-def never_whole(profile: Profile, rules: Rules) -> Finding | None:
+def never_whole(profile: Profile, ctx: Context) -> Finding | None:
     """A multi-node job of a model the nodes have that asks for more GPUs than all of them hold, or (the class's
     podAffinity required) than the largest domain of any topology level: it can never be placed whole."""
     model = profile.model
-    if rules.nodes is None or model is None or not profile.gpu_count or not profile.multi_node \
+    if ctx.nodes is None or model is None or not profile.gpu_count or not profile.multi_node \
             or profile.world.pods <= 1:
         return None
-    target = rules.nodes.placement.get(model.name)
+    target = ctx.nodes.placement.get(model.name)
     if target is None:
         return None  # no node has the model: gpu-model-not-in-cluster says so
     job, pods = profile.job_gpus, profile.world.pods
@@ -364,7 +360,7 @@ def never_whole(profile: Profile, rules: Rules) -> Finding | None:
         message = (f"{asked}, more than the cluster's {target.nodes} {model.name} nodes hold together "
                    f"({target.gpus}): it can never run whole; ask for fewer pods or GPUs, or add nodes")
     else:
-        settings = rules.classes.get(profile.workload)
+        settings = ctx.rules.classes.get(profile.workload)
         affinity = settings.mutate.pod_affinity if settings is not None else None
         if affinity is not None and affinity.required and affinity.topology_key is None \
                 and (target.levels or target.nvlink) and placement.pack_level(target, job) is None:
@@ -374,6 +370,6 @@ def never_whole(profile: Profile, rules: Rules) -> Finding | None:
                        f"and its class packs a job into one (podAffinity required): it can never be placed")
     if message is None:
         return None
-    if rules.nodes.beyond_severity == "deny":
+    if ctx.rules.node_catalog.job_beyond_nodes == "deny":
         return deny("job-never-fits", message)
     return warn("job-never-fits", message)

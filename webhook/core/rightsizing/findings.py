@@ -18,10 +18,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 from .. import names, podview
+from ..context import Context
 from ..findings import Finding, deny, warn
 from ..profile import Profile
 from ..quantity import format_bytes
-from ..rules import GpuModel, Rules
+from ..rules import GpuModel
 from .rules import OVER_PROVISIONED, SMALLER_CARD
 from .smaller import Device, smaller_devices
 
@@ -35,9 +36,9 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def over_provisioned(profile: Profile, rules: Rules) -> Finding | None:
+def over_provisioned(profile: Profile, ctx: Context) -> Finding | None:
     """The pod asks for more GPUs than its whole-model need takes, and says nothing of using them all."""
-    action = rules.rightsizing.action(OVER_PROVISIONED, profile.workload)
+    action = ctx.rules.rightsizing.action(OVER_PROVISIONED, profile.workload)
     model = profile.model
     needed = profile.gpus_needed
     if action == "off" or model is None or needed is None or not profile.gpus_beyond_need:
@@ -65,7 +66,7 @@ def one_gpu_need(profile: Profile) -> tuple[Decimal, str] | None:
     return None
 
 
-def _device_finding(device: Device, need: Decimal, what: str, profile: Profile, rules: Rules) -> Finding:
+def _device_finding(device: Device, need: Decimal, what: str, profile: Profile, ctx: Context) -> Finding:
     model = profile.model
     assert model is not None
     size = format_bytes(device.memory)
@@ -74,47 +75,48 @@ def _device_finding(device: Device, need: Decimal, what: str, profile: Profile, 
                     f"the {format_bytes(need)} {what} fits a MIG {device.mig} slice ({size}), which "
                     f"{device.model.name} nodes of this cluster offer: ask for the slice (nvidia.com/mig-{device.mig}) "
                     f"rather than a whole {model.name}")
-    nodes = rules.nodes
+    nodes = ctx.nodes
     has = nodes.present.get(device.model.name, "") if nodes is not None else ""
     return warn("gpu-fits-smaller-model",
                 f"the {format_bytes(need)} {what} fits one {device.model.name} card ({size}), which this cluster has "
-                f"({has}): select it ({_selector(profile, device.model, rules)}) rather than {model.name}, unless "
+                f"({has}): select it ({_selector(profile, device.model, ctx)}) rather than {model.name}, unless "
                 f"the work needs the larger card's speed")
 
 
-def _selector(profile: Profile, model: GpuModel, rules: Rules) -> str:
+def _selector(profile: Profile, model: GpuModel, ctx: Context) -> str:
     """How to select ``model``: by the model key of the pod's own nodeSelector where the model's nodes carry it,
     else by the first model key they carry (the nodes' label values are the merged catalog's), else by name."""
     own = podview.as_dict(profile.facts.spec.get("nodeSelector"))
-    keys = [k for k in rules.model_keys if k in own] + list(rules.model_keys)
+    keys = [k for k in ctx.rules.model_keys if k in own] + list(ctx.rules.model_keys)
     key = next((k for k in keys if k in model.labels), None)
     if key is None:
         return f'annotation "{names.GPU_MODEL}: {model.name}"'
     return f'nodeSelector "{key}: {model.labels[key]}"'
 
 
-def smaller_devices_findings(profile: Profile, rules: Rules) -> list[Finding]:
+def smaller_devices_findings(profile: Profile, ctx: Context) -> list[Finding]:
     """The smallest card of a smaller model, and the smallest MIG slice, of the cluster that hold the need of one
     GPU (with the node watch on)."""
     model = profile.model
     memory = profile.card_memory
-    if rules.nodes is None or model is None or memory is None \
-            or rules.rightsizing.action(SMALLER_CARD, profile.workload) == "off":
+    if ctx.nodes is None or model is None or memory is None \
+            or ctx.rules.rightsizing.action(SMALLER_CARD, profile.workload) == "off":
         return []
     need = one_gpu_need(profile)
     if need is None:
         return []
-    devices = [d for d in smaller_devices(rules, model, memory) if d.memory >= need[0]]
+    devices = [d for d in smaller_devices(ctx, model, memory) if d.memory >= need[0]]
     card = next((d for d in devices if d.mig is None), None)
     piece = next((d for d in devices if d.mig is not None), None)
-    return [_device_finding(d, need[0], need[1], profile, rules) for d in (card, piece) if d is not None]
+    return [_device_finding(d, need[0], need[1], profile, ctx) for d in (card, piece) if d is not None]
 
 
-def rightsizing_findings(profile: Profile, rules: Rules) -> list[Finding]:
+def rightsizing_findings(profile: Profile, ctx: Context) -> list[Finding]:
     """Every finding of GPUs asked beyond the need, for a pod that asks for GPUs of a model of their vendor (one
     that names another is denied for it, and told nothing of its size)."""
     model = profile.model
-    if model is None or (profile.vendors and model.vendor not in profile.vendors):
-        return []
-    found = over_provisioned(profile, rules)
-    return ([found] if found is not None else []) + smaller_devices_findings(profile, rules)
+    if (ctx.nodes is None and not profile.gpus_beyond_need) or model is None \
+            or (profile.vendors and model.vendor not in profile.vendors):
+        return []  # the common pod: its need takes every GPU, and no node is known to name a smaller card of
+    found = over_provisioned(profile, ctx)
+    return ([found] if found is not None else []) + smaller_devices_findings(profile, ctx)

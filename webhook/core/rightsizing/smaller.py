@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from ..rules import GpuModel, Rules
+from ..context import Context
+from ..rules import GpuModel
 
 
 @dataclass(frozen=True)
@@ -26,21 +27,21 @@ class Device:
     mig: str | None = None
 
 
-def smaller_devices(rules: Rules, card: GpuModel, memory: Decimal) -> list[Device]:
+def smaller_devices(ctx: Context, card: GpuModel, memory: Decimal) -> list[Device]:
     """The devices of the cluster of ``card``'s vendor with at most the rules' share of ``memory`` (the memory of
     the card asked for), smallest first (a card before a slice of the same memory); none without the node watch."""
-    nodes = rules.nodes
+    nodes = ctx.nodes
     if nodes is None:
         return []
-    limit = memory * rules.rightsizing.smaller_share
+    limit = memory * ctx.rules.rightsizing.smaller_share
     found = [Device(model.memory, model) for name in nodes.present
-             if (model := rules.catalog.get(name)) is not None and model.vendor == card.vendor
+             if (model := ctx.catalog.get(name)) is not None and model.vendor == card.vendor
              and model.memory <= limit]
     found += [Device(size, parent, profile) for profile, (size, name) in nodes.mig_slices.items()
-              if (parent := rules.catalog.get(name)) is not None and parent.vendor == card.vendor and size <= limit]
+              if (parent := ctx.catalog.get(name)) is not None and parent.vendor == card.vendor and size <= limit]
     return sorted(found, key=lambda d: (d.memory, d.mig is not None, d.model.name, d.mig or ""))
 
 
-def largest_smaller(rules: Rules, card: GpuModel) -> Decimal:
+def largest_smaller(ctx: Context, card: GpuModel) -> Decimal:
     """The memory of the largest device smaller than a card of ``card`` (0: none): a need above it fits none."""
-    return max((d.memory for d in smaller_devices(rules, card, card.memory)), default=Decimal(0))
+    return max((d.memory for d in smaller_devices(ctx, card, card.memory)), default=Decimal(0))

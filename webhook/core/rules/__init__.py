@@ -16,6 +16,7 @@ from .compiler import (
 from .model import (
     MODES,
     WORKLOAD_CLASSES,
+    Accelerators,
     ClassMutation,
     ClassSettings,
     DegreeSettings,
@@ -33,7 +34,7 @@ from .model import (
     InstanceType,
     LabelMatch,
     MutationSettings,
-    NodeCatalog,
+    NodeCatalogRules,
     OwnerMatch,
     PodAffinitySpec,
     PodGroupSpec,
@@ -50,10 +51,12 @@ from .model import (
     TopologySettings,
     TopologySpreadSpec,
     WorldSettings,
+    lookup_model,
     normalize_model_name,
 )
 
 __all__ = [
+    "Accelerators",
     "ClassMutation",
     "ClassSettings",
     "DeviceResource",
@@ -72,7 +75,8 @@ __all__ = [
     "LabelMatch",
     "MODES",
     "MutationSettings",
-    "NodeCatalog",
+    "NodeCatalogRules",
+    "lookup_model",
     "OwnerMatch",
     "PodAffinitySpec",
     "PriorityClassSpec",

@@ -23,6 +23,7 @@ from ..quantity import QuantityError, parse_quantity
 from ..rightsizing.rules import compile_rightsizing
 from .model import (
     WORKLOAD_CLASSES,
+    Accelerators,
     ClassMutation,
     ClassSettings,
     DegreeSettings,
@@ -40,6 +41,7 @@ from .model import (
     InstanceType,
     LabelMatch,
     MutationSettings,
+    NodeCatalogRules,
     OwnerMatch,
     PodAffinitySpec,
     PodGroupSpec,
@@ -117,6 +119,7 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
     signals = tuple(_compile_signal(i, spec) for i, spec in enumerate(document["signals"]))
     accelerators = document["accelerators"]
     mig = accelerators.get("migPattern")
+    dra = compile_dra(document.get("dra"), catalog=catalog, fail=lambda path, problem: _fail(source, ["dra", *path], problem))
     modes = document["modes"]
     validation = document.get("validation") or {}
     suffix = document.get("modelLabelSuffix")
@@ -125,24 +128,26 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         default_class=document["defaultClass"],
         default_mode=modes["default"],
         namespace_modes=dict(modes.get("namespaces") or {}),
-        gpu_resources=frozenset(accelerators["resources"]) | frozenset(accelerators.get("shareResources") or ()),
-        vendors={**accelerators["resources"],
-                 **{name: spec["vendor"] for name, spec in (accelerators.get("shareResources") or {}).items()}},
-        mig_pattern=re.compile(mig) if mig else None,
-        mig_vendor=accelerators.get("migVendor", "nvidia"),
-        mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
-        device_resources=tuple(_compile_device_resource(spec, source, i)
-                               for i, spec in enumerate(accelerators.get("deviceResources") or ())),
-        memory_resources={name: _quantity(unit, source, ["accelerators", "memoryResources", name])
-                          for name, unit in (accelerators.get("memoryResources") or {}).items()},
-        memory_percent_resources=frozenset(accelerators.get("memoryPercentResources") or ()),
-        model_annotations=tuple(accelerators.get("modelAnnotations") or ()),
-        node_selector_annotations=dict(accelerators.get("nodeSelectorAnnotations") or {}),
-        share_resources=_compile_share_resources(accelerators.get("shareResources") or {}, source),
-        share_annotations=_compile_share_annotations(accelerators.get("shareAnnotations") or [], source),
-        unknown_accelerator_pattern=_caseless(accelerators.get("unknownPattern")),
-        not_devices_pattern=_caseless(accelerators.get("notDevicesPattern")),
-        not_accelerators=frozenset(accelerators.get("notAccelerators") or ()),
+        accelerators=Accelerators(
+            gpu_resources=frozenset(accelerators["resources"]) | frozenset(accelerators.get("shareResources") or ()),
+            vendors={**accelerators["resources"],
+                     **{name: spec["vendor"] for name, spec in (accelerators.get("shareResources") or {}).items()}},
+            mig_pattern=re.compile(mig) if mig else None,
+            mig_vendor=accelerators.get("migVendor", "nvidia"),
+            mig_needs_model=bool(accelerators.get("migNeedsModel", False)),
+            device_resources=tuple(_compile_device_resource(spec, source, i)
+                                   for i, spec in enumerate(accelerators.get("deviceResources") or ())),
+            memory_resources={name: _quantity(unit, source, ["accelerators", "memoryResources", name])
+                              for name, unit in (accelerators.get("memoryResources") or {}).items()},
+            memory_percent_resources=frozenset(accelerators.get("memoryPercentResources") or ()),
+            model_annotations=tuple(accelerators.get("modelAnnotations") or ()),
+            node_selector_annotations=dict(accelerators.get("nodeSelectorAnnotations") or {}),
+            share_resources=_compile_share_resources(accelerators.get("shareResources") or {}, source),
+            share_annotations=_compile_share_annotations(accelerators.get("shareAnnotations") or [], source),
+            unknown_accelerator_pattern=_caseless(accelerators.get("unknownPattern")),
+            not_devices_pattern=_caseless(accelerators.get("notDevicesPattern")),
+            not_accelerators=frozenset(accelerators.get("notAccelerators") or ()),
+            extended=dra.extended_resources),
         model_label_suffix=re.compile(suffix) if suffix else None,
         memory_keys=tuple(document.get("memoryKeys") or ()),
         instance_type_keys=tuple(document.get("instanceTypeKeys") or ()),
@@ -172,8 +177,10 @@ def compile_rules(document: Any, *, source: str = "<rules>") -> Rules:
         scheduler=_compile_scheduler(document.get("scheduler"), classes, source),
         generic_kinds=tuple(GenericKind(group=k["group"], kind=k["kind"], resource=k["resource"],
                                         scope=k.get("scope", "Namespaced")) for k in document.get("genericKinds") or ()),
-        dra=compile_dra(document.get("dra"), catalog=catalog,
-                        fail=lambda path, problem: _fail(source, ["dra", *path], problem)),
+        dra=dra,
+        node_catalog=NodeCatalogRules(
+            model_without_nodes=str((document.get("nodeCatalog") or {}).get("modelWithoutNodes", "warn")),
+            job_beyond_nodes=str((document.get("nodeCatalog") or {}).get("jobBeyondNodes", "warn"))),
         raw=document,
     )
 

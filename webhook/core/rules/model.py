@@ -1,21 +1,21 @@
 """The compiled rules: frozen dataclasses the request path reads, with regular expressions compiled and the GPU
 catalog indexed by every name a model goes by (`webhook.core.rules.compiler` builds them).
 
-`Rules` is what the rules file says. Three fields are filled from the cluster's view, never from the file, and
-only by `webhook.core.view.cluster_view.in_force`: the catalog (and its index) with the models the nodes publish,
-``nodes`` (which models are present, and where, for placement) and ``queues`` (the backend's queues). They are
-merged rather than passed apart because every message, check and placement reads the catalog in force.
+`Rules` is what the rules file says, and only that: the catalog, the accelerators and the DRA classes are the
+file's own. What the cluster adds (the models its nodes publish, its DeviceClasses, its queues) is the cluster's
+view (`webhook.core.view.cluster_view`); a request reads the two side by side through its context
+(`webhook.core.context.Context`: the catalog and accelerators in force).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
-from ..backends.queues import QueueIndex
 from ..backends.rules import SchedulerRules
 from ..bypasses.rules import BypassRules
 from ..dra.rules import DraRules
@@ -79,6 +79,87 @@ class DeviceResource:
     @property
     def sized(self) -> bool:
         return "mem" in self.pattern.groupindex
+
+
+@dataclass(frozen=True)
+class Accelerators:
+    """The ``accelerators:`` block: which resources are GPUs and of which vendor, how MIG slices, device-named
+    resources, memory and share resources are read, and which annotations name a model. ``extended``: the
+    extended resources GPU DeviceClasses serve (the rules' own ``dra:`` classes; the cluster's join them in the
+    cluster's view, `webhook.core.view.gpu_classes`)."""
+
+    gpu_resources: frozenset[str] = frozenset()
+    vendors: Mapping[str, str] = field(default_factory=dict)  # accelerator resource -> vendor
+    mig_pattern: re.Pattern[str] | None = None
+    mig_vendor: str = "nvidia"
+    mig_needs_model: bool = False
+    device_resources: tuple[DeviceResource, ...] = ()  # resources whose name is the device (passthrough, vGPU)
+    memory_resources: Mapping[str, Decimal] = field(default_factory=dict)  # resource -> bytes per unit, per GPU
+    memory_percent_resources: frozenset[str] = frozenset()
+    model_annotations: tuple[str, ...] = ()
+    node_selector_annotations: Mapping[str, str] = field(default_factory=dict)  # annotation -> the label it selects
+    share_resources: Mapping[str, ShareResource] = field(default_factory=dict)
+    share_annotations: tuple[ShareAnnotations, ...] = ()
+    unknown_accelerator_pattern: re.Pattern[str] | None = None  # extended resources that look like GPUs
+    not_devices_pattern: re.Pattern[str] | None = None          # ... except sharing parameters (memory, cores)
+    not_accelerators: frozenset[str] = frozenset()              # names the pattern matches that are not GPUs
+    extended: frozenset[str] = frozenset()                      # served by GPU DeviceClasses
+    # is this resource name an accelerator (remembered: every container names cpu and memory)
+    is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_accelerator", _remembered(self._names_accelerator))
+
+    def serving(self, extended: frozenset[str]) -> "Accelerators":
+        """These accelerators with more extended resources served by DeviceClasses (the cluster's)."""
+        added = extended - self.extended
+        return dataclasses.replace(self, extended=self.extended | added) if added else self
+
+    def vendor_of(self, resource: str) -> str | None:
+        """The GPU vendor an accelerator resource stands for (a MIG resource: the MIG vendor)."""
+        vendor = self.vendors.get(resource)
+        if vendor is None and self.mig_pattern is not None and self.mig_pattern.match(resource):
+            return self.mig_vendor
+        if vendor is None and self.device_resources:
+            found = self.device_resource(resource)
+            return found[0].vendor if found is not None else None
+        return vendor
+
+    def device_resource(self, resource: str) -> tuple[DeviceResource, re.Match[str]] | None:
+        """The device-named resource ``resource`` is (its rule and the match), or None."""
+        for device in self.device_resources:
+            match = device.pattern.match(resource)
+            if match is not None and not (device.exclude is not None and device.exclude.search(resource)):
+                return device, match
+        return None
+
+    def _names_accelerator(self, resource: Any) -> bool:
+        return isinstance(resource, str) and (
+            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
+            or resource in self.extended or self.is_unknown_accelerator(resource)
+            or (bool(self.device_resources) and self.device_resource(resource) is not None))
+
+    def is_device(self, resource: str) -> bool:
+        """An accelerator counted in devices (a node's allocatable ``nvidia.com/gpu: 8``); a share resource counts
+        memory (``aliyun.com/gpu-mem: 64`` on a node of four 16 GiB cards)."""
+        return self.is_accelerator(resource) and resource not in self.share_resources
+
+    def is_unknown_accelerator(self, resource: str) -> bool:
+        """A resource no rule names but that looks like a GPU (``example.com/gpu``, ``vendor.io/vgpu``): judged as
+        one, with a warning, rather than left alone. Sharing parameters (``.../gpumem``, ``.../gpucores``) and the
+        rules' ``notAccelerators`` are not devices."""
+        pattern = self.unknown_accelerator_pattern
+        if pattern is None or resource in self.gpu_resources or resource in self.not_accelerators \
+                or resource in self.extended:
+            return False
+        if resource in self.memory_resources or resource in self.memory_percent_resources:
+            return False
+        if self.mig_pattern is not None and self.mig_pattern.match(resource):
+            return False
+        if self.device_resources and self.device_resource(resource) is not None:
+            return False
+        name = resource.rpartition("/")[2]
+        return bool(pattern.search(resource)) and not (self.not_devices_pattern and self.not_devices_pattern.search(name))
 
 
 @dataclass(frozen=True)
@@ -459,17 +540,12 @@ class SignalIndex:
 
 
 @dataclass(frozen=True)
-class NodeCatalog:
-    """What the cluster's nodes say about the catalog, merged into the rules by `webhook.core.view.node_catalog` (the static
-    catalog alone when no node watch runs): the models nodes have, what a model no node has gets, and where each
-    model's nodes are (`webhook.core.placement.TargetNodes`, by catalog model name; "" for every GPU node)."""
+class NodeCatalogRules:
+    """The ``nodeCatalog:`` block: what the node watch's findings get (the cluster's nodes themselves are the
+    cluster's view, `webhook.core.view.node_catalog`)."""
 
-    present: Mapping[str, str]    # catalog model name -> what the cluster has of it ("3 nodes x 8 GPUs")
-    absent_severity: str = "warn"  # rules nodeCatalog.modelWithoutNodes: "warn" or "deny"
-    beyond_severity: str = "warn"  # rules nodeCatalog.jobBeyondNodes: a job more than the nodes hold
-    placement: Mapping[str, Any] = field(default_factory=dict)
-    # MIG profile a node offers ("1g.10gb") -> (the memory of one slice, the catalog model it is cut from)
-    mig_slices: Mapping[str, tuple[Decimal, str]] = field(default_factory=dict)
+    model_without_nodes: str = "warn"  # a model no node has: "warn" or "deny"
+    job_beyond_nodes: str = "warn"     # a multi-node job more than the nodes of its model hold: "warn" or "deny"
 
 
 @dataclass(frozen=True)
@@ -480,9 +556,7 @@ class Rules:
     default_class: str
     default_mode: str
     namespace_modes: Mapping[str, str]
-    gpu_resources: frozenset[str]
-    mig_pattern: re.Pattern[str] | None
-    mig_needs_model: bool
+    accelerators: Accelerators
     model_keys: tuple[str, ...]
     precisions: Mapping[str, Decimal]
     catalog: Mapping[str, GpuModel]
@@ -494,18 +568,6 @@ class Rules:
     warn_missing_host_memory: bool
     warn_tensor_parallel_over_pcie: bool
     mutation: MutationSettings = field(default_factory=MutationSettings)
-    vendors: Mapping[str, str] = field(default_factory=dict)  # accelerator resource -> vendor
-    mig_vendor: str = "nvidia"
-    device_resources: tuple[DeviceResource, ...] = ()  # resources whose name is the device (passthrough, vGPU)
-    memory_resources: Mapping[str, Decimal] = field(default_factory=dict)  # resource -> bytes per unit, per GPU
-    memory_percent_resources: frozenset[str] = frozenset()
-    model_annotations: tuple[str, ...] = ()
-    node_selector_annotations: Mapping[str, str] = field(default_factory=dict)  # annotation -> the label it selects
-    share_resources: Mapping[str, ShareResource] = field(default_factory=dict)
-    share_annotations: tuple[ShareAnnotations, ...] = ()
-    unknown_accelerator_pattern: re.Pattern[str] | None = None  # extended resources that look like GPUs
-    not_devices_pattern: re.Pattern[str] | None = None          # ... except sharing parameters (memory, cores)
-    not_accelerators: frozenset[str] = frozenset()              # names the pattern matches that are not GPUs
     model_label_suffix: re.Pattern[str] | None = None
     memory_keys: tuple[str, ...] = ()
     instance_type_keys: tuple[str, ...] = ()
@@ -523,28 +585,13 @@ class Rules:
     generic_kinds: tuple[GenericKind, ...] = ()      # custom resources the webhook reads by shape
     bypasses: BypassRules = field(default_factory=BypassRules)  # ways to a GPU without asking for one
     scheduler: SchedulerRules = field(default_factory=SchedulerRules)  # the scheduler backend and its vocabulary
-    queues: QueueIndex | None = None  # the backend's queues as the cluster (or check's input) has them; None: unknown
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
-    nodes: NodeCatalog | None = None  # None: the cluster's nodes are not known (offline, no node watch)
-    # is this resource name an accelerator (remembered: every container names cpu and memory)
-    is_accelerator: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "is_accelerator", _remembered(self._names_accelerator))
+    node_catalog: NodeCatalogRules = field(default_factory=NodeCatalogRules)
 
     def find_model(self, name: str) -> GpuModel | None:
-        """The catalog model ``name`` stands for: a catalog name, alias or node-label value, compared without
-        case, also with GPU feature discovery's renaming undone (``-SHARED`` under time-slicing,
-        ``-MIG-1g.10gb`` in MIG mode) and with or without the ``NVIDIA-`` prefix old drivers left out."""
-        key = normalize_model_name(name)
-        found = self.model_index.get(key)
-        if found is None and self.model_label_suffix is not None:
-            stripped = self.model_label_suffix.sub("", str(name).strip())
-            if stripped != str(name).strip():
-                return self.find_model(stripped)
-        if found is None:
-            found = self.model_index.get(key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key)
-        return found
+        """The model of the rules' own catalog ``name`` stands for (`lookup_model`); the catalog in force, with
+        what the nodes publish, is the context's (`webhook.core.context.Context.find_model`)."""
+        return lookup_model(self.model_index, self.model_label_suffix, name)
 
     def node_label_keys(self) -> frozenset[str]:
         """The node labels the node watch keeps: those naming models, instance types, topology and fabrics."""
@@ -555,51 +602,20 @@ class Rules:
             keys.add(self.gpu_name_labels.name_key)
         return frozenset(keys)
 
-    def vendor_of(self, resource: str) -> str | None:
-        """The GPU vendor an accelerator resource stands for (a MIG resource: the MIG vendor)."""
-        vendor = self.vendors.get(resource)
-        if vendor is None and self.mig_pattern is not None and self.mig_pattern.match(resource):
-            return self.mig_vendor
-        if vendor is None and self.device_resources:
-            found = self.device_resource(resource)
-            return found[0].vendor if found is not None else None
-        return vendor
 
-    def device_resource(self, resource: str) -> tuple[DeviceResource, re.Match[str]] | None:
-        """The device-named resource ``resource`` is (its rule and the match), or None."""
-        for device in self.device_resources:
-            match = device.pattern.match(resource)
-            if match is not None and not (device.exclude is not None and device.exclude.search(resource)):
-                return device, match
-        return None
-
-    def _names_accelerator(self, resource: Any) -> bool:
-        return isinstance(resource, str) and (
-            resource in self.gpu_resources or bool(self.mig_pattern and self.mig_pattern.match(resource))
-            or resource in self.dra.extended_resources or self.is_unknown_accelerator(resource)
-            or (bool(self.device_resources) and self.device_resource(resource) is not None))
-
-    def is_device(self, resource: str) -> bool:
-        """An accelerator counted in devices (a node's allocatable ``nvidia.com/gpu: 8``); a share resource counts
-        memory (``aliyun.com/gpu-mem: 64`` on a node of four 16 GiB cards)."""
-        return self.is_accelerator(resource) and resource not in self.share_resources
-
-    def is_unknown_accelerator(self, resource: str) -> bool:
-        """A resource no rule names but that looks like a GPU (``example.com/gpu``, ``vendor.io/vgpu``): judged as
-        one, with a warning, rather than left alone. Sharing parameters (``.../gpumem``, ``.../gpucores``) and the
-        rules' ``notAccelerators`` are not devices."""
-        pattern = self.unknown_accelerator_pattern
-        if pattern is None or resource in self.gpu_resources or resource in self.not_accelerators \
-                or resource in self.dra.extended_resources:
-            return False
-        if resource in self.memory_resources or resource in self.memory_percent_resources:
-            return False
-        if self.mig_pattern is not None and self.mig_pattern.match(resource):
-            return False
-        if self.device_resources and self.device_resource(resource) is not None:
-            return False
-        name = resource.rpartition("/")[2]
-        return bool(pattern.search(resource)) and not (self.not_devices_pattern and self.not_devices_pattern.search(name))
+def lookup_model(index: Mapping[str, GpuModel], suffix: re.Pattern[str] | None, name: str) -> GpuModel | None:
+    """The catalog model ``name`` stands for in ``index``: a catalog name, alias or node-label value, compared
+    without case, also with GPU feature discovery's renaming undone (``suffix``: ``-SHARED`` under time-slicing,
+    ``-MIG-1g.10gb`` in MIG mode) and with or without the ``NVIDIA-`` prefix old drivers left out."""
+    key = normalize_model_name(name)
+    found = index.get(key)
+    if found is None and suffix is not None:
+        stripped = suffix.sub("", str(name).strip())
+        if stripped != str(name).strip():
+            return lookup_model(index, suffix, stripped)
+    if found is None:
+        found = index.get(key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key)
+    return found
 
 
 def normalize_model_name(name: str) -> str:

@@ -2,9 +2,10 @@
 parameter (``paramRef``), so that placement needs no webhook either (`webhook.generate.native`).
 
 A MutatingAdmissionPolicy cannot read Nodes; the server watches them (`webhook.cluster.nodes`), and one of its
-workers (`webhook.cluster.cluster_facts`) writes this function's answer for the rules in force to the ClusterFacts
-object ``ai-admission-cluster-facts`` whenever it changes. The data is what `webhook.core.placement` reads off the
-nodes, already worked out, so that the policies' CEL only looks it up (a map of strings, as a ConfigMap's data):
+workers (`webhook.cluster.cluster_facts`) writes this function's answer for the server's context (the rules and
+the cluster's view) to the ClusterFacts object ``ai-admission-cluster-facts`` whenever it changes. The data is
+what `webhook.core.placement` reads off the nodes, already worked out, so that the policies' CEL only looks it up
+(a map of strings, as a ConfigMap's data):
 
 Why a kind of our own (`crd`), not a ConfigMap: a v1.36 API server reads a built-in paramKind through its shared
 informer factory, and once no binding names that paramKind (the native set deleted and applied again, say) it
@@ -31,7 +32,7 @@ review as #141015). A CRD paramKind gets an informer of its own each time.
   listed), so the native policy writes a class only as the webhook would (`webhook.core.mutate.set_priority`), and
   judges a pod whole only where the webhook would not warn of its class; absent while the server has not checked;
 - ``card.<model>``: what validation reads of each model a node of the cluster has, as ``memory bytes|GPUs per
-  node|vendor|interconnect| resources of its vendor |bytes of the largest smaller device`` (`Rules.vendor_of`
+  node|vendor|interconnect| resources of its vendor |bytes of the largest smaller device`` (`Accelerators.vendor_of`
   and `webhook.core.rightsizing.smaller.largest_smaller`, worked out here rather than in the policy's CEL: a
   memory need per GPU above the last holds in no smaller card nor MIG slice of the cluster, 0 where there is
   none), so a policy can tell that the webhook would find nothing to say of a pod
@@ -48,8 +49,10 @@ from typing import Any, Mapping
 
 from webhook.core import placement
 from webhook.core.rightsizing.smaller import largest_smaller
-from webhook.core.rules import Rules
-from webhook.core.view.priority_state import UNCHECKED, PriorityClassState
+from webhook.core.view.priority_state import PriorityClassState
+
+from ..context import Context
+from .targets import ALL_MODELS
 
 NAME = "ai-admission-cluster-facts"
 GROUP, VERSION, KIND, PLURAL = "ai-admission.io", "v1alpha1", "ClusterFacts", "clusterfacts"
@@ -62,13 +65,13 @@ _NAME = re.compile(r"^[-._a-zA-Z0-9]{1,240}$")  # a name of the model index: no 
 
 
 def target_key(prefix: str, model: str) -> str:
-    """``pack.<model>``, or ``pack`` for every GPU node (`placement.ALL_MODELS`)."""
-    return f"{prefix}.{model}" if model != placement.ALL_MODELS else prefix
+    """``pack.<model>``, or ``pack`` for every GPU node (`ALL_MODELS`)."""
+    return f"{prefix}.{model}" if model != ALL_MODELS else prefix
 
 
-def spread_keys(rules: Rules) -> list[str]:
+def spread_keys(ctx: Context) -> list[str]:
     """Every topology key a class spreads its replicas over."""
-    return sorted({key for settings in rules.classes.values() if settings.mutate.topology_spread is not None
+    return sorted({key for settings in ctx.rules.classes.values() if settings.mutate.topology_spread is not None
                    for key in settings.mutate.topology_spread.topology_keys})
 
 
@@ -85,45 +88,47 @@ def card_text(memory: Any, gpus_per_node: int, vendor: str, interconnect: str, r
     return f"{int(memory)}|{gpus_per_node}|{vendor}|{interconnect}| {' '.join(resources)} |{int(smaller)}"
 
 
-def priority_text(rules: Rules, state: PriorityClassState) -> str | None:
+def priority_text(ctx: Context, state: PriorityClassState) -> str | None:
     """``,name=state,...,`` of the rules' PriorityClasses as the cluster has them; None while not checked."""
     if not state.checked:
         return None
-    wanted = sorted({s.priority_class.name for s in rules.classes.values() if s.priority_class is not None})
+    wanted = sorted({s.priority_class.name for s in ctx.rules.classes.values() if s.priority_class is not None})
     found = [f"{name}={DIFFERS if name in state.differing_priority_classes else AS_RULES}" for name in wanted
              if name not in state.missing_priority_classes]
     return "," + ",".join(found) + ","
 
 
-def facts_data(rules: Rules, priority_classes: PriorityClassState = UNCHECKED) -> dict[str, str]:
-    """The object's data for the rules in force and the PriorityClasses' state; empty when the cluster's nodes are
-    not known."""
-    if rules.nodes is None:
+def facts_data(ctx: Context) -> dict[str, str]:
+    """The object's data for the context (the rules, the nodes and the PriorityClasses' state); empty when the
+    cluster's nodes are not known."""
+    nodes = ctx.nodes
+    if nodes is None:
         return {}
     data = {SYNCED: "true"}
-    priorities = priority_text(rules, priority_classes)
+    priorities = priority_text(ctx, ctx.cluster.priority_classes)
     if priorities is not None:
         data[PRIORITY_CLASSES] = priorities
-    names = {key: model.name for key, model in rules.model_index.items()}
+    names = {key: model.name for key, model in nodes.index.items()}
     for key in list(names):  # find_model's second lookup: the name with or without nvidia-
         other = key[len("nvidia-"):] if key.startswith("nvidia-") else "nvidia-" + key
         names.setdefault(other, names[key])
     for key, name in sorted(names.items()):
-        if name in rules.nodes.present and _KEY.match(MODEL + key) and _KEY.match(target_key(PACK, name)):
+        if name in nodes.present and _KEY.match(MODEL + key) and _KEY.match(target_key(PACK, name)):
             data[MODEL + key] = name
-    for name, card in sorted(rules.catalog.items()):
-        if name in rules.nodes.present and _KEY.match(CARD + name):
-            resources = tuple(sorted(r for r in rules.gpu_resources if rules.vendor_of(r) == card.vendor))
+    for name, card in sorted(ctx.catalog.items()):
+        if name in nodes.present and _KEY.match(CARD + name):
+            accelerators = ctx.accelerators
+            resources = tuple(sorted(r for r in accelerators.gpu_resources if accelerators.vendor_of(r) == card.vendor))
             data[CARD + name] = card_text(card.memory, card.gpus_per_node, card.vendor, card.interconnect, resources,
-                                          largest_smaller(rules, card))
-    spread = spread_keys(rules)
-    for model, target in sorted(rules.nodes.placement.items()):
+                                          largest_smaller(ctx, card))
+    spread = spread_keys(ctx)
+    for model, target in sorted(nodes.placement.items()):
         if not _KEY.match(target_key(PACK, model)):
             continue
         data[target_key(PACK, model)] = ",".join(f"{level.key}={level.largest}"
                                                  for level in placement.pack_candidates(target))
         data[target_key(SPREAD, model)] = ",".join(key for key in spread if target.distinct.get(key, 0) >= 2)
-        tolerations = [toleration_text(t) for t in placement.target_tolerations(target, rules)]
+        tolerations = [toleration_text(t) for t in placement.target_tolerations(target, ctx.accelerators, ctx.rules)]
         data[target_key(TOLERATE, model)] = ",".join(dict.fromkeys(tolerations))  # each once, as the webhook adds it
     return data
 

@@ -1,33 +1,39 @@
-"""`ClusterView`: everything the webhook knows of the cluster, passed beside the rules; `in_force`: the rules a
-request is judged by.
+"""`ClusterView`: everything the webhook knows of the cluster, in one typed value beside the rules.
 
-What the rules file says and what the cluster is are two inputs. The server's watches, ``check`` (its input files)
-and ``check --cluster`` (one read of a cluster) each gather what they know into a `ClusterView`, a frozen value;
-`in_force` is the one place the view meets the rules: the models the nodes publish join the catalog (with which
-models are present and where, for placement), the cluster's GPU DeviceClasses join the rules' own, and the
-backend's queues are indexed. Before this, each of the three callers merged by hand, in its own order.
+What the rules file says (`webhook.core.rules.Rules`) and what the cluster is are two inputs, and a request's core
+functions take the two side by side (`webhook.core.context.Context`). The server's watches, ``check`` (its input
+files) and ``check --cluster`` (one read of a cluster) each keep what they know as the parts of a `ClusterView`,
+each part typed and indexed once per change of what it is read from (`webhook.core.view.observe` builds them):
 
-The PriorityClasses' state, the claims, the Workload API's support and the Jobs are read per request rather than
-merged: they change on their own watches, and mutation reads them directly (`webhook.core.admission.decide`).
+- ``nodes``: the GPU nodes as the policy reads them (`NodeCatalog`: the catalog in force, which models are present
+  and where, MIG slices); None offline or with no node watch;
+- ``gpu_classes``: the cluster's GPU DeviceClasses (`GpuClasses`: the classes, the extended resources they serve,
+  the accelerators in force); None where there are none;
+- ``queues``: the scheduler backend's queues (`QueueIndex`); None where not known, so no queue is said to be missing;
+- ``priority_classes``: the PriorityClasses against the rules'; ``claims``: the DRA claims and templates;
+- ``pod_groups``: the Workload API the cluster serves and whether ai-admission's group controller runs; ``jobs``:
+  finds a Job the server's watch has seen (the Job controller's PodGroups are given what its template says).
+
+Only the types of the view live below the rules' readers; building the parts from objects is `observe`'s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Optional
 
-from ..backends.scheduling import with_queues
-from ..dra.claims import ClaimIndex
-from ..dra.classes import classes_of, with_device_classes
+from ..backends.queues import QueueIndex
 from ..podgroups.support import NOT_KNOWN, PodGroupSupport
-from ..rules import Rules
-from ..workloads.templates import Resolver
-from .node_catalog import effective
-from .node_facts import UNDISCOVERED, DiscoveredCatalog
+from .claims import ClaimIndex
+from .gpu_classes import GpuClasses
+from .node_catalog import NodeCatalog
 from .priority_state import UNCHECKED, PriorityClassState
 
 CLUSTER = "the cluster"  # where a watch's or a read's objects come from, in messages
 INPUT = "the input"      # where check's files' objects come from
+
+# (kind, name, namespace) -> the object as known here, or None (a kind's reader looks up what a template refers to)
+Resolver = Callable[[str, str, str], Optional[Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -40,19 +46,11 @@ class Objects:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """What is known of the cluster; each part is "not known" by default, and the policy then does not guess.
+    """What is known of the cluster; each part is "not known" by default, and the policy then does not guess."""
 
-    ``nodes``: the GPU nodes (`UNDISCOVERED` offline or with no node watch). ``device_classes``: DeviceClasses, from
-    one or more places, later ones winning by name. ``queues``: the scheduler backend's queue objects (None: not
-    known, so no queue is said to be missing). ``priority_classes``: the PriorityClasses against the rules'.
-    ``claims``: the DRA claims and claim templates, for pods that reference them. ``pod_groups``: the Workload
-    API the cluster serves and whether ai-admission's group controller runs; ``jobs``: finds a Job the server's
-    watch has seen (the Job controller's PodGroups are given what the Job's template says).
-    """
-
-    nodes: DiscoveredCatalog = UNDISCOVERED
-    device_classes: tuple[Objects, ...] = ()
-    queues: Objects | None = None
+    nodes: NodeCatalog | None = None
+    gpu_classes: GpuClasses | None = None
+    queues: QueueIndex | None = None
     priority_classes: PriorityClassState = UNCHECKED
     claims: ClaimIndex | None = None
     pod_groups: PodGroupSupport = NOT_KNOWN
@@ -60,14 +58,3 @@ class ClusterView:
 
 
 NOTHING_KNOWN = ClusterView()
-
-
-def in_force(rules: Rules, view: ClusterView) -> Rules:
-    """The rules a request is judged by: the file's ``rules`` with what ``view`` adds to them (the nodes' models
-    and placement, GPU DeviceClasses, the backend's queues); ``rules`` itself when the view adds nothing."""
-    rules = effective(rules, view.nodes)
-    for classes in view.device_classes:
-        rules = with_device_classes(rules, classes_of(classes.items, rules, source=classes.source))
-    if view.queues is not None:
-        rules = with_queues(rules, view.queues.items, source=view.queues.source)
-    return rules

@@ -1,33 +1,47 @@
-"""The rules' GPU catalog merged with what the nodes publish (`webhook.core.view.node_facts`).
+"""The cluster's GPU nodes as the policy reads them (`NodeCatalog`), worked out from what the nodes publish
+(`webhook.core.view.node_facts`) once per change of the node watch.
 
-The static catalog stays the fallback and the offline default. When the nodes are known, the rules in force are
-an *effective* copy (swapped whole, as a reloaded rules file is): a catalog model that nodes have takes the
-memory they report (GFD's MiB; AMD's rounded GiB only for a model the rules do not list) and, as GPUs per node,
-its largest node; the label values that name it on the nodes become names for it too; a model only the nodes
-know is added (interconnect unknown); and ``Rules.nodes`` says which models the cluster has, for the policy's
-messages and its warning about a model no node has, where each model's nodes are (`webhook.core.placement`:
-topology, taints, fabric), for the mutation, and the MIG slices the nodes offer, for rightsizing
-(`webhook.core.rightsizing.smaller`).
+The rules' static catalog stays the fallback and the offline default (no node watch: no `NodeCatalog`). When the
+nodes are known, the catalog in force is the rules' with what they say merged in: a catalog model that nodes have
+takes the memory they report (GFD's MiB; AMD's rounded GiB only for a model the rules do not list) and, as GPUs
+per node, its largest node; the label values that name it on the nodes become names for it too; a model only the
+nodes know is added (interconnect unknown). Beside the catalog: which models the cluster has (for the policy's
+messages and its warning about a model no node has), where each model's nodes are (`webhook.core.view.targets`:
+topology, taints, fabric; for placement), and the MIG slices the nodes offer (for rightsizing,
+`webhook.core.rightsizing.smaller`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import defaultdict
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
-from ..placement import placement
-from ..rules import GpuModel, NodeCatalog, Rules, normalize_model_name
+from ..rules import GpuModel, Rules, normalize_model_name
 from .node_facts import DiscoveredCatalog, DiscoveredModel
+from .targets import TargetNodes, placement
 
 MIB = Decimal(2**20)
-ABSENT_SEVERITIES = ("warn", "deny")
 # A MIG profile as GPU feature discovery names it ("1g.10gb", "1g.10gb+me"): the GB of memory each slice brings,
 # read as the rules' migPattern reads a MIG resource (GB of 10^9 bytes)
 _MIG_PROFILE = re.compile(r"^[0-9]+g\.(?P<mem>[0-9]+)gb")
 _GB = Decimal(10**9)
+
+
+@dataclass(frozen=True)
+class NodeCatalog:
+    """The GPU nodes as the policy reads them: the catalog in force (the rules' with the nodes' models merged in)
+    and its index of names, which models the cluster has (``present``: "3 nodes x 8 GPUs"), where each model's
+    nodes are (``placement``, by catalog model name; `ALL_MODELS` for every GPU node) and the MIG slices the nodes
+    offer (profile "1g.10gb" -> the memory of one slice, the catalog model it is cut from)."""
+
+    catalog: Mapping[str, GpuModel]
+    index: Mapping[str, GpuModel]
+    present: Mapping[str, str]
+    placement: Mapping[str, TargetNodes] = field(default_factory=dict)
+    mig_slices: Mapping[str, tuple[Decimal, str]] = field(default_factory=dict)
 
 
 def mig_slices(groups: dict[str, list[DiscoveredModel]]) -> dict[str, tuple[Decimal, str]]:
@@ -90,10 +104,10 @@ def _merged(name: str, base: GpuModel | None, found: list[DiscoveredModel]) -> G
                     aliases=base.aliases if base else ())
 
 
-def effective(rules: Rules, discovered: DiscoveredCatalog) -> Rules:
-    """``rules`` with the nodes' facts merged in (``rules`` itself while nothing is known)."""
+def node_catalog(rules: Rules, discovered: DiscoveredCatalog) -> NodeCatalog | None:
+    """What ``discovered`` says of the catalog and where its models are; None while nothing is known."""
     if not discovered.known:
-        return rules
+        return None
     groups: dict[str, list[DiscoveredModel]] = defaultdict(list)
     for model in discovered.models.values():
         known = rules_model(rules, model)
@@ -115,25 +129,20 @@ def effective(rules: Rules, discovered: DiscoveredCatalog) -> Rules:
             key = normalize_model_name(alias)
             if index.get(key) in (None, base, merged):
                 index[key] = merged
-    spec = rules.raw.get("nodeCatalog") or {}
-    severity = str(spec.get("modelWithoutNodes", "warn"))
-    beyond = str(spec.get("jobBeyondNodes", "warn"))
     model_of = {product: name for name, found in groups.items() if name in catalog for product in
                 (m.product for m in found)}
     where = placement(discovered.nodes.values(),
                       lambda node: model_of.get(node.gpu.product) if node.gpu is not None else None, rules)
     slices = mig_slices({name: found for name, found in groups.items() if name in catalog})
-    return dataclasses.replace(rules, catalog=catalog, model_index=index,
-                               nodes=NodeCatalog(present=present, absent_severity=severity, beyond_severity=beyond,
-                                                 placement=where, mig_slices=slices))
+    return NodeCatalog(catalog=catalog, index=index, present=present, placement=where, mig_slices=slices)
 
 
 def catalog_block(discovered: DiscoveredCatalog, rules: Rules) -> dict[str, Any]:
     """The cluster's models as a ``catalog:`` block for the rules (names of known models kept)."""
-    merged = effective(rules, discovered)
-    assert merged.nodes is not None
+    merged = node_catalog(rules, discovered)
     block: dict[str, Any] = {}
-    for name in merged.nodes.present:
+    for name in merged.present if merged is not None else {}:
+        assert merged is not None
         model = merged.catalog[name]
         mib = model.memory / MIB
         block[name] = {"memory": f"{mib:f}Mi" if mib == mib.to_integral_value() else str(model.memory),

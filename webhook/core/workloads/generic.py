@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any, Iterator, Mapping, Sequence
 
 from .. import names, podview
-from ..rules import Rules
+from ..context import Context
 from .templates import Owner, Template, asks_for_accelerators, dig, pod_from
 
 POD_SPEC_READER = "generic: pod spec"
@@ -97,10 +97,10 @@ def _resources(value: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _asks(value: Mapping[str, Any], rules: Rules) -> bool:
+def _asks(value: Mapping[str, Any], ctx: Context) -> bool:
     """A map whose resources ask for an accelerator (requests or limits)."""
     resources = _resources(value)
-    return resources is not None and any(rules.is_accelerator(name) for part in ("requests", "limits")
+    return resources is not None and any(ctx.accelerators.is_accelerator(name) for part in ("requests", "limits")
                                          for name in resources.get(part, {}))
 
 
@@ -112,7 +112,7 @@ def _is_pod_spec(value: Mapping[str, Any]) -> bool:
 Found = tuple[str, str, dict[str, Any], tuple[Mapping[str, Any], ...]]  # (shape, path, map, enclosing maps)
 
 
-def _walk(value: Any, path: str, chain: tuple[Mapping[str, Any], ...], rules: Rules, depth: int) -> Iterator[Found]:
+def _walk(value: Any, path: str, chain: tuple[Mapping[str, Any], ...], ctx: Context, depth: int) -> Iterator[Found]:
     """Pod specs and container objects under ``value``, outermost first; ``chain`` holds the maps that enclose it,
     nearest last. Nothing inside a find is searched again."""
     if depth > MAX_DEPTH:
@@ -121,17 +121,17 @@ def _walk(value: Any, path: str, chain: tuple[Mapping[str, Any], ...], rules: Ru
         if _is_pod_spec(value):
             yield POD_SPEC_READER, path, value, chain
             return
-        if _asks(value, rules):
+        if _asks(value, ctx):
             yield CONTAINER_READER, path, value, chain
             return
         inner = (*chain, value)
         for key, child in value.items():
             if depth == 0 and key in _NOT_WALKED:
                 continue
-            yield from _walk(child, f"{path}.{key}".lstrip("."), inner, rules, depth + 1)
+            yield from _walk(child, f"{path}.{key}".lstrip("."), inner, ctx, depth + 1)
     elif isinstance(value, list):
         for index, child in enumerate(value):
-            yield from _walk(child, f"{path}[{index}]", chain, rules, depth + 1)
+            yield from _walk(child, f"{path}[{index}]", chain, ctx, depth + 1)
 
 
 def _hint_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -232,13 +232,13 @@ def _count_fields(value: Any, path: str, chain: tuple[Mapping[str, Any], ...],
 
 
 def _count_pod(amount: Decimal, holder: Mapping[str, Any], chain: tuple[Mapping[str, Any], ...], kind: str,
-               rules: Rules) -> dict[str, Any]:
+               ctx: Context) -> dict[str, Any]:
     """The pod a GPU count field makes: one container asking for that many GPUs (a fraction below one: a share of
     one GPU, as the sharing scheduler's annotation says it), with the nearest scheduling context."""
     vendor = holder.get("gpuVendor") or holder.get("vendor")
     resource = _VENDOR_RESOURCES.get(str(vendor).lower(), "nvidia.com/gpu") if vendor else "nvidia.com/gpu"
     found: dict[str, Any] = {"name": kind.lower() or "main"}
-    share = next((s for s in rules.share_annotations if s.fraction), None)
+    share = next((s for s in ctx.accelerators.share_annotations if s.fraction), None)
     notes: dict[str, str] = {}
     if amount < 1 and share is not None and share.fraction:
         notes[share.fraction] = f"{amount.normalize():f}"
@@ -251,7 +251,7 @@ def _count_pod(amount: Decimal, holder: Mapping[str, Any], chain: tuple[Mapping[
     return template
 
 
-def generic_templates(obj: Mapping[str, Any], rules: Rules) -> list[Template]:
+def generic_templates(obj: Mapping[str, Any], ctx: Context) -> list[Template]:
     """The pod specs and container objects asking for accelerators anywhere in an object of a kind with no table
     entry, each as the pod it makes (owned by the object)."""
     kind = str(obj.get("kind", ""))
@@ -259,13 +259,13 @@ def generic_templates(obj: Mapping[str, Any], rules: Rules) -> list[Template]:
     hints = _hint_annotations(obj)
     fields = {"name": str(podview.metadata(obj).get("name", ""))}
     templates = []
-    for shape, path, found, chain in _walk(obj, "", (), rules, 0):
+    for shape, path, found, chain in _walk(obj, "", (), ctx, 0):
         if shape == POD_SPEC_READER:
             parent_path, _, last = path.rpartition(".")
             parent = dig(obj, parent_path) if last == "spec" else None
             metadata = podview.as_dict(parent.get("metadata")) if isinstance(parent, dict) else {}
             template: dict[str, Any] = {"metadata": metadata, "spec": found}
-            if not asks_for_accelerators(template, rules):
+            if not asks_for_accelerators(template, ctx):
                 continue
             described = f"its pod spec at {path}"
         else:
@@ -277,7 +277,7 @@ def generic_templates(obj: Mapping[str, Any], rules: Rules) -> list[Template]:
     if templates:
         return templates
     for path, amount, holder, chain in _count_fields(obj, "", (), 0):
-        template = _count_pod(amount, holder, chain, kind, rules)
+        template = _count_pod(amount, holder, chain, kind, ctx)
         templates.append(_template(obj, path, template, COUNT_READER, owner, fields, hints,
                                    f"{kind} is not in the kinds table and holds no container; its field {path} = "
                                    f"{amount.normalize():f} was read as a pod asking for that many GPUs"))
@@ -300,7 +300,7 @@ _LABEL_MAPS = frozenset({"labels", "annotations", "nodeLabels", "nodeSelector", 
                          "podAnnotations", "selector"})
 
 
-def gpu_mentions(obj: Mapping[str, Any], rules: Rules, *, limit: int = 3) -> list[str]:
+def gpu_mentions(obj: Mapping[str, Any], ctx: Context, *, limit: int = 3) -> list[str]:
     """Where an object the generic reader found nothing in still speaks of GPUs in fields of its own (KubeAI's
     ``resourceProfile: nvidia-gpu-l4:1``, KAITO's GPU instance type, Run:ai's ``gpu``): paths, at most ``limit``,
     so that ``check`` says it did not judge them instead of passing them over in silence."""  # noqa: D401
@@ -322,7 +322,7 @@ def gpu_mentions(obj: Mapping[str, Any], rules: Rules, *, limit: int = 3) -> lis
                     continue
                 where = f"{path}.{key}".lstrip(".")
                 named = isinstance(key, str) and bool(_MENTION_KEYS.search(key))
-                typed = isinstance(child, str) and (("gpu" in child.lower() and named) or child in rules.instance_types)
+                typed = isinstance(child, str) and (("gpu" in child.lower() and named) or child in ctx.rules.instance_types)
                 if (named and said(child) and not isinstance(child, (dict, list))) or typed:
                     found.append(where)
                 elif named and isinstance(child, (dict, list)) and said(child):

@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from .. import podview
-from ..rules import Rules
-from .generic import generic_templates
+from ..context import Context
+from .generic import generic_templates, readable
 from .parallelism import World
 from .templates import (
     BUILT,
@@ -122,7 +122,7 @@ def _runtime(kind: str, scope: str) -> Kind:
 #    node count (trainer.{image,command,args,env,resourcesPerNode,numNodes}); kubeflow/trainer
 #    pkg/apis/trainer/v1alpha1/trainjob_types.go ---------------------------------------------------------------------
 
-def _train_job(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) -> list[Template]:
+def _train_job(obj: Mapping[str, Any], ctx: Context, resolve: Resolver | None) -> list[Template]:
     spec = podview.as_dict(obj.get("spec"))
     trainer = podview.as_dict(spec.get("trainer"))
     runtime_ref = podview.as_dict(spec.get("runtimeRef"))
@@ -305,7 +305,7 @@ _VOLCANO_PLUGIN_ENV: dict[str, dict[str, str]] = {
 }
 
 
-def _volcano_job(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) -> list[Template]:
+def _volcano_job(obj: Mapping[str, Any], ctx: Context, resolve: Resolver | None) -> list[Template]:
     spec = podview.as_dict(obj.get("spec"))
     plugins = set(podview.as_dict(spec.get("plugins")))
     if "mpi" in plugins or "pytorch" in plugins:
@@ -320,7 +320,7 @@ def _volcano_job(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None)
                     env[key.replace("{task}", task_name)] = replicas if key.endswith("_NUM") else value
             else:
                 env[key] = value
-    return from_sites(Kind("batch.volcano.sh", "Job", "jobs", (replace(_VOLCANO_TASKS, env=env),)), obj, rules)
+    return from_sites(Kind("batch.volcano.sh", "Job", "jobs", (replace(_VOLCANO_TASKS, env=env),)), obj, ctx)
 
 
 _VOLCANO_TASKS = Site("spec.tasks[]", Owner("{apiVersion}", "Job"),
@@ -351,13 +351,13 @@ def _ray_sites(prefix: str, serve: bool, group_pods: bool) -> tuple[Site, ...]:
     return head, workers
 
 
-def _ray_job(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) -> list[Template]:
+def _ray_job(obj: Mapping[str, Any], ctx: Context, resolve: Resolver | None) -> list[Template]:
     """A RayJob: its cluster's pods; one whose entrypoint runs Ray Train is a training job (its workers one world)."""
-    pattern = rules.ray_train_pattern
+    pattern = ctx.rules.ray_train_pattern
     said = [str(dig(obj, "spec.entrypoint") or ""), *podview.labels(obj).values()]
     training = pattern is not None and any(pattern.search(text) for text in said)
     kind = Kind("ray.io", "RayJob", "rayjobs", _ray_sites("spec.rayClusterSpec", False, training))
-    templates = from_sites(kind, obj, rules)
+    templates = from_sites(kind, obj, ctx)
     if not training:
         return templates
     note = ("the RayJob's entrypoint runs Ray Train, so its pods are judged as training; their pods are classified "
@@ -540,17 +540,14 @@ def _argo(kind: str, resource: str, prefix: str, scope: str = "Namespaced") -> K
 #    template's trialSpec is an object of another kind (a Job, PyTorchJob, TrainJob, ...), created once per trial;
 #    Katib's pod webhook labels the trial pods katib.kubeflow.org/experiment and /trial ---------------------------------
 
-def _experiment(obj: Mapping[str, Any], rules: Rules, resolve: Resolver | None) -> list[Template]:
+def _experiment(obj: Mapping[str, Any], ctx: Context, resolve: Resolver | None) -> list[Template]:
     trial = podview.as_dict(dig(obj, "spec.trialTemplate.trialSpec"))
     name = str(podview.metadata(obj).get("name", ""))
     if not trial:
         return []
-    group = str(trial.get("apiVersion", "")).rpartition("/")[0]
-    kind = KINDS.get((group, str(trial.get("kind", ""))))
     inner = {**trial, "metadata": {**podview.metadata(trial), "name": f"{name}-trial",
                                    "namespace": podview.metadata(obj).get("namespace")}}
-    found = (kind.expand(inner, rules, resolve) if kind and kind.expand else
-             from_sites(kind, inner, rules) if kind else generic_templates(inner, rules))
+    found = pod_templates(inner, ctx=ctx, resolve=resolve) or []
     for template in found:
         template.path = f"spec.trialTemplate.trialSpec.{template.path}"
         labels = podview.metadata(template.pod).setdefault("labels", {})
@@ -672,7 +669,7 @@ def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def templates_of(obj: Mapping[str, Any], *, rules: Rules, group: str | None = None, kind: str | None = None,
+def templates_of(obj: Mapping[str, Any], *, ctx: Context, group: str | None = None, kind: str | None = None,
                  resolve: Resolver | None = None) -> list[Template] | None:
     """The templates of ``obj`` as the pods they make, or None when its kind is not one ai-admission knows."""
     group = group if group is not None else group_of(str(obj.get("apiVersion", "")))
@@ -681,5 +678,18 @@ def templates_of(obj: Mapping[str, Any], *, rules: Rules, group: str | None = No
     if entry is None:
         return None
     if entry.expand is not None:
-        return entry.expand(obj, rules, resolve)
-    return from_sites(entry, obj, rules)
+        return entry.expand(obj, ctx, resolve)
+    return from_sites(entry, obj, ctx)
+
+
+def pod_templates(obj: Mapping[str, Any], *, ctx: Context, group: str | None = None, kind: str | None = None,
+                  resolve: Resolver | None = None, generic: bool = True) -> list[Template] | None:
+    """The templates of ``obj`` by the one reader that reads it: the kinds table's for a kind it knows (`templates_of`),
+    else, for a custom resource (``generic``), the generic reader's by shape (`generic_templates`); None where
+    neither finds a template to judge. The choice between the two readers is made here, and only here."""
+    found = templates_of(obj, ctx=ctx, group=group, kind=kind, resolve=resolve)
+    if found is not None:
+        return found
+    if generic and readable(group if group is not None else group_of(str(obj.get("apiVersion", "")))):
+        return generic_templates(obj, ctx) or None
+    return None

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Iterator
 
 from .. import names, podview
 from ..hints import Hints
@@ -73,28 +72,29 @@ def world_of(facts: PodFacts, rules: Rules) -> World:
     return SINGLE
 
 
-def _degrees(facts: PodFacts, settings: DegreeSettings) -> Iterator[tuple[int, str]]:
-    """Every degree the containers state where ``settings`` look (env, then the command line), with where, in the
-    order of the containers."""
+def _first_degree(facts: PodFacts, settings: DegreeSettings, least: int) -> tuple[int, str] | None:
+    """The first degree of at least ``least`` the containers state where ``settings`` look (env, then the command
+    line, container by container), and where; None when none does. A plain loop: every GPU pod is read so."""
     if not settings.env and not settings.args:
-        return
+        return None
     for container in podview.containers(facts.pod):
         env = podview.container_env(container)
         for name in settings.env:
             value = env.get(name)
-            if value is not None and value.strip().isdigit():
-                yield int(value), f"env {name}={value.strip()}"
+            if value is not None and value.strip().isdigit() and int(value) >= least:
+                return int(value), f"env {name}={value.strip()}"
         words = [w for key in ("command", "args") for w in podview.as_list(container.get(key)) if isinstance(w, str)]
         line = " ".join(words)
         for pattern in settings.args:
             match = pattern.search(line)
-            if match and match.group(1):
-                yield int(match.group(1)), f"{match.group(0).strip()} in container \"{container.get('name', '?')}\""
+            if match and match.group(1) and int(match.group(1)) >= least:
+                return int(match.group(1)), f"{match.group(0).strip()} in container \"{container.get('name', '?')}\""
+    return None
 
 
 def tensor_parallel(facts: PodFacts, rules: Rules) -> tuple[int, str] | None:
     """The tensor-parallel degree a container states (env or command line), and where; None when none does."""
-    return next(_degrees(facts, rules.tensor_parallel), None)
+    return _first_degree(facts, rules.tensor_parallel, 0)
 
 
 def declared_parallelism(facts: PodFacts, rules: Rules, hints: Hints, tensor: tuple[int, str] | None) -> str | None:
@@ -106,7 +106,8 @@ def declared_parallelism(facts: PodFacts, rules: Rules, hints: Hints, tensor: tu
         return f"annotation {names.PARALLELISM}={','.join(hints.parallelism)}"
     if tensor is not None and tensor[0] > 1:
         return tensor[1]
-    return next((where for degree, where in _degrees(facts, rules.parallelism) if degree > 1), None)
+    found = _first_degree(facts, rules.parallelism, 2)
+    return found[1] if found is not None else None
 
 
 def cards_holding(total: Decimal, card: Decimal) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from .. import podview
-from ..rules import Rules
+from ..context import Context
 from .parallelism import World
 
 PodTemplate = Mapping[str, Any]
@@ -121,7 +121,7 @@ class Kind:
     resource: str
     sites: tuple[Site, ...] = ()
     scope: str = "Namespaced"
-    expand: Callable[[Mapping[str, Any], Rules, Resolver | None], "list[Template]"] | None = None
+    expand: Callable[[Mapping[str, Any], Context, Resolver | None], "list[Template]"] | None = None
 
 
 def dig(value: Any, dotted: str) -> Any:
@@ -219,12 +219,12 @@ def _template_at(site: Site, element: Element) -> tuple[dict[str, Any] | None, s
     return found, where
 
 
-def asks_for_accelerators(template: PodTemplate, rules: Rules) -> bool:
+def asks_for_accelerators(template: PodTemplate, ctx: Context) -> bool:
     spec = podview.as_dict(template.get("spec"))
     for kind in ("containers", "initContainers"):
         for container in podview.as_list(spec.get(kind)):
             requests, limits = podview.resources(podview.as_dict(container))
-            if any(rules.is_accelerator(name) for name in (*requests, *limits)):
+            if any(ctx.accelerators.is_accelerator(name) for name in (*requests, *limits)):
                 return True
     return False
 
@@ -241,7 +241,7 @@ class _Found:
     group: str
 
 
-def _found(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[_Found]:
+def _found(kind: Kind, obj: Mapping[str, Any], ctx: Context) -> list[_Found]:
     result: list[_Found] = []
     for site in kind.sites:
         for element in elements(obj, site.path):
@@ -251,7 +251,7 @@ def _found(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[_Found]:
             fields = _fields(element, 1)
             pods, text = site.pods(element) if site.pods else (0, "")  # no counter: not part of a job's world
             result.append(_Found(site, element, template, path, pods, text or f"{fill(site.describe, fields)} {pods}",
-                                 asks_for_accelerators(template, rules), fill(site.group, fields)))
+                                 asks_for_accelerators(template, ctx), fill(site.group, fields)))
     return result
 
 
@@ -267,9 +267,9 @@ def _worlds(found: list[_Found], kind: str) -> dict[str, World]:
     return worlds
 
 
-def from_sites(kind: Kind, obj: Mapping[str, Any], rules: Rules) -> list[Template]:
+def from_sites(kind: Kind, obj: Mapping[str, Any], ctx: Context) -> list[Template]:
     """The templates of ``obj`` at the sites of ``kind``, each as the pod its controller makes."""
-    found = _found(kind, obj, rules)
+    found = _found(kind, obj, ctx)
     worlds = _worlds(found, kind.kind)
     templates = []
     for item in found:

@@ -37,7 +37,7 @@ def shares_in_view(rules: Rules, v: str) -> tuple[str, str]:
     `webhook.core.models._shared_memory`): the pod asks for shares by annotation when no container asks for an
     accelerator."""
     asks, memory = [], []
-    for share in rules.share_annotations:
+    for share in rules.accelerators.share_annotations:
         asks += [f"{annotation(v, key)} != ''" for key in share.keys()]
         if share.memory:
             memory.append(f"cel.bind(sm, {annotation(v, share.memory)}.trim(), "
@@ -63,9 +63,10 @@ def stated_in_view(rules: Rules, v: str, sized: str) -> str:
               f"double(num) * (u == 'k' ? 1e3 : u == 'm' ? 1e6 : u == 'b' ? 1e9 : u == 't' ? 1e12 : 1.0) "
               f">= 1.0))) && {annotation(v, names.MODEL_PRECISION)}.trim().lowerAscii() in {precisions})")
     tests = [memory, params]
-    if rules.share_annotations:
+    if rules.accelerators.share_annotations:
         tests.append(shares_in_view(rules, v)[1])
-    sharing = sorted({*rules.memory_resources, *rules.memory_percent_resources, *rules.share_resources})
+    accelerators = rules.accelerators
+    sharing = sorted({*accelerators.memory_resources, *accelerators.memory_percent_resources, *accelerators.share_resources})
     if sharing:
         amount = (f"cel.bind(q, {quantity_text('mv')}, q != '' && isQuantity(q) && "
                   f"quantity(q).isGreaterThan(quantity('0')))")
@@ -88,9 +89,10 @@ def stated_in_view(rules: Rules, v: str, sized: str) -> str:
 
 
 def _profile_states_memory(pod: dict, rules: Rules) -> bool:
+    from webhook.core.context import Context
     from webhook.core.profile import build_profile
 
-    profile = build_profile(pod, rules)
+    profile = build_profile(pod, Context(rules))
     return not profile.gpus or profile.memory_stated
 
 

@@ -56,10 +56,10 @@ def named_in_view(rules: Rules, v: str, mig: str, device: str = "false") -> Exac
                              f"cel.bind(vl, e.?values.orValue([]), type(vl) == list && "
                              f"vl.exists(x, type(x) == string && x != ''))")
     tests = [f"{annotation(v, names.GPU_MODEL)}.trim() != ''", selector, affinity]
-    tests += [f"{annotation(v, key)}.split(',').exists(part, part.trim() != '')" for key in rules.model_annotations]
-    tests += [f"{annotation(v, note)} != ''" for note, key in sorted(rules.node_selector_annotations.items())
+    tests += [f"{annotation(v, key)}.split(',').exists(part, part.trim() != '')" for key in rules.accelerators.model_annotations]
+    tests += [f"{annotation(v, note)} != ''" for note, key in sorted(rules.accelerators.node_selector_annotations.items())
               if key in rules.model_keys]
-    if not rules.mig_needs_model:
+    if not rules.accelerators.mig_needs_model:
         tests.append(mig)
     if device != "false":
         tests.append(device)
@@ -68,9 +68,10 @@ def named_in_view(rules: Rules, v: str, mig: str, device: str = "false") -> Exac
 
 
 def _profile_names_model(pod: dict, rules: Rules) -> bool:
+    from webhook.core.context import Context
     from webhook.core.profile import build_profile
 
-    profile = build_profile(pod, rules)
+    profile = build_profile(pod, Context(rules))
     return not profile.gpus or profile.choice is not None  # a pod that asks for no GPU names no model to judge
 
 
@@ -84,9 +85,10 @@ def named_plainly(rules: Rules) -> Subset:
 
 
 def _named_by_one_label(pod: dict, rules: Rules) -> bool:
+    from webhook.core.context import Context
     from webhook.core.profile import build_profile
 
-    profile = build_profile(pod, rules)
+    profile = build_profile(pod, Context(rules))
     return not profile.gpus or (not profile.hints.gpu_model and profile.pinned_model is not None
                                 and (profile.pinned_where or "").startswith("nodeSelector"))
 
@@ -122,10 +124,10 @@ def model_of(rules: Rules, facts: str = "variables.facts", keys: str | None = No
     lookup = f"{facts}[?({cel_string(MODEL)} + {normalized('mv')})].orValue({UNKNOWN})"
     selector = "object.spec.?nodeSelector.orValue({})"
     unreadable = [f"{listed(other_keys(rules))}.exists(k, sl[?k].orValue('') != '')" if other_keys(rules) else "false",
-                  f"{listed(list(rules.node_selector_annotations))}.exists(a, a in an)"
-                  if rules.node_selector_annotations else "false",
-                  f"{listed(list(rules.model_annotations))}.exists(a, an[?a].orValue('').trim() != '')"
-                  if rules.model_annotations else "false",
+                  f"{listed(list(rules.accelerators.node_selector_annotations))}.exists(a, a in an)"
+                  if rules.accelerators.node_selector_annotations else "false",
+                  f"{listed(list(rules.accelerators.model_annotations))}.exists(a, an[?a].orValue('').trim() != '')"
+                  if rules.accelerators.model_annotations else "false",
                   f"size({NODE_AFFINITY_TERMS}) > 0"]
     return (f"cel.bind(an, object.metadata.?annotations.orValue({{}}), "
             f"cel.bind(mv, an[?{cel_string(names.GPU_MODEL)}].orValue('').trim(), mv != '' ? {lookup} : "

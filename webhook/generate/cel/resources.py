@@ -3,10 +3,10 @@
 One resource test, in three precisions written from the same parts of the rules (the listed resources, the MIG
 pattern, the device-named patterns, the pattern of names that look like GPUs):
 
-- `names_accelerator` (a superset of `Rules.is_accelerator`): the webhooks' ``matchConditions`` and the backstop's
+- `names_accelerator` (a superset of `Accelerators.is_accelerator`): the webhooks' ``matchConditions`` and the backstop's
   first test; no exemption is tested, so a sharing parameter that looks like a GPU is let through;
 - `is_accelerator` (exact): what the backstop's rule reads;
-- `counted` (a subset of `Rules.is_device`): what the native policy counts in whole devices as the webhook does
+- `counted` (a subset of `Accelerators.is_device`): what the native policy counts in whole devices as the webhook does
   (a listed GPU resource that is not a share, or a MIG slice); any other accelerator leaves a pod to the webhook.
 
 Amounts are read as the webhook reads them (`webhook.core.profile._accelerator_amounts`): the limit, else the
@@ -34,11 +34,11 @@ ALL_CONTAINERS = "(object.spec.containers + (has(object.spec.initContainers) ? o
 
 def _listed(rules: Rules) -> list[str]:
     """The resources the rules name: their GPU resources and the DRA device classes' extended resources."""
-    return sorted(rules.gpu_resources | rules.dra.extended_resources)
+    return sorted(rules.accelerators.gpu_resources | rules.dra.extended_resources)
 
 
 def device_test(name: str, device: DeviceResource) -> str:
-    """``name`` is a resource of the rules' ``deviceResources`` entry ``device`` (`Rules.device_resource`)."""
+    """``name`` is a resource of the rules' ``deviceResources`` entry ``device`` (`Accelerators.device_resource`)."""
     regex = caseless_regex(re.compile(anchored(device.pattern.pattern)))
     if device.exclude is None:
         return f"{name}.matches({regex})"
@@ -47,51 +47,53 @@ def device_test(name: str, device: DeviceResource) -> str:
 
 def _mig(rules: Rules) -> str | None:
     """The MIG pattern, anchored as `re.match` reads it."""
-    return cel_string(anchored(rules.mig_pattern.pattern)) if rules.mig_pattern is not None else None
+    return cel_string(anchored(rules.accelerators.mig_pattern.pattern)) if rules.accelerators.mig_pattern is not None else None
 
 
-@mirrored(RESOURCE, lambda n, rules: rules.is_accelerator(n))
+@mirrored(RESOURCE, lambda n, rules: rules.accelerators.is_accelerator(n))
 def names_accelerator(rules: Rules, name: str = "n") -> Superset:
     """``name`` may be an accelerator: listed, a MIG slice, device-named, or looking like a GPU (no exemption)."""
     tests = [f"{name} in {cel_list(_listed(rules))}"] if _listed(rules) else []
-    if rules.mig_pattern is not None:
-        tests.append(f"{name}.matches({cel_regex(rules.mig_pattern)})")
-    tests += [f"{name}.matches({caseless_regex(d.pattern)})" for d in rules.device_resources]
-    if rules.unknown_accelerator_pattern is not None:
-        tests.append(f"{name}.matches({caseless_regex(rules.unknown_accelerator_pattern)})")
+    if rules.accelerators.mig_pattern is not None:
+        tests.append(f"{name}.matches({cel_regex(rules.accelerators.mig_pattern)})")
+    tests += [f"{name}.matches({caseless_regex(d.pattern)})" for d in rules.accelerators.device_resources]
+    if rules.accelerators.unknown_accelerator_pattern is not None:
+        tests.append(f"{name}.matches({caseless_regex(rules.accelerators.unknown_accelerator_pattern)})")
     return Superset(" || ".join(tests) or "false")
 
 
-@mirrored(RESOURCE, lambda n, rules: rules.is_accelerator(n))
+@mirrored(RESOURCE, lambda n, rules: rules.accelerators.is_accelerator(n))
 def is_accelerator(rules: Rules, name: str = "n") -> Exact:
-    """`Rules.is_accelerator`: a listed resource, a DRA device class's, the MIG pattern, a device-named one, or
-    one that looks like a GPU (`Rules.is_unknown_accelerator`: not a sharing parameter, not one the rules exempt)."""
+    """`Accelerators.is_accelerator`: a listed resource, a DRA device class's, the MIG pattern, a device-named one, or
+    one that looks like a GPU (`Accelerators.is_unknown_accelerator`: not a sharing parameter, not one the rules exempt)."""
     listed = _listed(rules)
     tests = [f"{name} in {cel_list(listed)}"] if listed else []
     mig = _mig(rules)
     if mig is not None:
         tests.append(f"{name}.matches({mig})")
-    tests += [device_test(name, device) for device in rules.device_resources]
-    if rules.unknown_accelerator_pattern is not None:
-        exempt = sorted({*rules.not_accelerators, *rules.memory_resources, *rules.memory_percent_resources})
-        test = f"{name}.matches({caseless_regex(rules.unknown_accelerator_pattern)})"
+    tests += [device_test(name, device) for device in rules.accelerators.device_resources]
+    if rules.accelerators.unknown_accelerator_pattern is not None:
+        accelerators = rules.accelerators
+        exempt = sorted({*accelerators.not_accelerators, *accelerators.memory_resources,
+                         *accelerators.memory_percent_resources})
+        test = f"{name}.matches({caseless_regex(rules.accelerators.unknown_accelerator_pattern)})"
         if exempt:
             test += f" && !({name} in {cel_list(exempt)})"
         if mig is not None:
             test += f" && !{name}.matches({mig})"
-        test += "".join(f" && !{device_test(name, device)}" for device in rules.device_resources)
-        if rules.not_devices_pattern is not None:
+        test += "".join(f" && !{device_test(name, device)}" for device in rules.accelerators.device_resources)
+        if rules.accelerators.not_devices_pattern is not None:
             test += (f" && !{name}.substring({name}.lastIndexOf('/') + 1)"
-                     f".matches({caseless_regex(rules.not_devices_pattern)})")
+                     f".matches({caseless_regex(rules.accelerators.not_devices_pattern)})")
         tests.append(f"({test})")
     return Exact("(" + " || ".join(tests or ["false"]) + ")")
 
 
-@mirrored(RESOURCE, lambda n, rules: rules.is_device(n))
+@mirrored(RESOURCE, lambda n, rules: rules.accelerators.is_device(n))
 def counted(rules: Rules, name: str = "n") -> Subset:
     """``name`` is counted in whole devices, as the webhook counts them and CEL can: a listed GPU resource that is
     not a share of memory, or a MIG slice."""
-    devices = sorted(r for r in rules.gpu_resources if r not in rules.share_resources)
+    devices = sorted(r for r in rules.accelerators.gpu_resources if r not in rules.accelerators.share_resources)
     tests = [f"{name} in {cel_list(devices)}"] if devices else []
     mig = _mig(rules)
     if mig is not None:
@@ -110,7 +112,7 @@ def _pod_names(pod: dict, kinds: tuple[str, ...] = ("containers", "initContainer
     return found
 
 
-@mirrored(POD, lambda pod, rules: any(rules.is_accelerator(n) for n in _pod_names(pod)))
+@mirrored(POD, lambda pod, rules: any(rules.accelerators.is_accelerator(n) for n in _pod_names(pod)))
 def asks_for_accelerator(rules: Rules) -> Superset:
     """Some container (init containers too) names an accelerator resource in its requests or limits (whatever
     the amount: a malformed one is a finding too)."""
@@ -133,7 +135,7 @@ def asks_for_device_class_resource(rules: Rules) -> Exact:
 
 def shares_by_annotation(rules: Rules) -> list[Superset]:
     """The pod carries an annotation of a sharing scheduler that hands out GPU shares (``gpu-fraction``)."""
-    keys = {key for share in rules.share_annotations for key in share.keys()}
+    keys = {key for share in rules.accelerators.share_annotations for key in share.keys()}
     if not keys:
         return []
     return [Superset(f"has(object.metadata.annotations) && {cel_list(keys)}.exists(k, k in "
