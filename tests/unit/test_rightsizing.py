@@ -25,6 +25,7 @@ from webhook.cli import audit as audit_cli
 from webhook.cluster.audit import Audit, judge, report_results
 from webhook.core import names
 from webhook.core.admission import Verdict, judge_pod, mutate_verdict
+from webhook.core.admission import judge as judge_object
 from webhook.core.findings import Finding
 from webhook.core.profile import build_profile
 from webhook.core.review import MAX_WARNING_CHARS
@@ -140,6 +141,41 @@ def test_what_takes_every_gpu_on_purpose_is_left_quiet(why: str, pod: dict[str, 
     assert verdict.allowed and codes(verdict) == [], (why, verdict.warnings)
     profile = build_profile(copy.deepcopy(pod), as_context(rules))
     assert profile.gpus_needed == profile.gpu_count and profile.gpus_beyond_need == 0, why
+
+
+def inference_service(worker: dict[str, Any]) -> dict[str, Any]:
+    """A multi-node KServe InferenceService shaped as kserve/website's multi-node guide shows it (huggingface
+    model format, a PVC storageUri, ``workerSpec`` with its parallel sizes), its head asking 8 H100s for a 7B model."""
+    gpus = {"nvidia.com/gpu": "8", "memory": "64Gi"}
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": "llama-7b", "namespace": "serving",
+                         "annotations": {"serving.kserve.io/deploymentMode": "RawDeployment",
+                                         names.MODEL_PARAMS: "7B", names.MODEL_PRECISION: "bf16"}},
+            "spec": {"predictor": {"nodeSelector": dict(H100),
+                                   "model": {"modelFormat": {"name": "huggingface"},
+                                             "storageUri": "pvc://llama-7b-pvc/hf/7b_instruction_tuned",
+                                             "resources": {"limits": dict(gpus), "requests": dict(gpus)}},
+                                   "workerSpec": worker}}}
+
+
+def test_a_kserve_head_states_the_tensor_parallelism_of_its_worker_spec(rules: Rules) -> None:
+    """KServe's controller writes ``workerSpec.tensorParallelSize`` on the head's kserve-container as
+    ``TENSOR_PARALLEL_SIZE`` (and the runtime hands it to vLLM): a head of 8 GPUs at tensor parallelism 8 uses them
+    all on purpose. With no degree in its ``workerSpec`` the head states nothing, and is told the count."""
+    def head(worker: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        found = judge_object(inference_service(worker), ctx=as_context(rules), mode="deny", group="serving.kserve.io",
+                      kind="InferenceService")
+        assert found is not None
+        (template,) = [t for t in found[1] if t.path == "spec.predictor" and any(
+            c["name"] == "kserve-container" for c in t.pod["spec"]["containers"])]
+        return codes(template.verdict), template.pod
+
+    quiet, pod = head({"tensorParallelSize": 8, "pipelineParallelSize": 1})
+    assert quiet == [], quiet
+    (server_container,) = [c for c in pod["spec"]["containers"] if c["name"] == "kserve-container"]
+    assert {"name": "TENSOR_PARALLEL_SIZE", "value": "8"} in server_container["env"]
+    told, _ = head({"pipelineParallelSize": 1})
+    assert told == ["gpu-over-provisioned"], told
 
 
 def test_a_degree_of_one_spreads_nothing(rules: Rules) -> None:

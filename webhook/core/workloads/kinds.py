@@ -189,10 +189,28 @@ def _component(element: Element) -> dict[str, Any] | None:
             break
     if not containers:
         return None
+    degrees = _isvc_degrees(component)
+    if degrees:
+        containers = [{**c, "env": [*(e for e in podview.as_list(c.get("env"))
+                                      if not (isinstance(e, dict) and e.get("name") in degrees)),
+                                    *({"name": k, "value": v} for k, v in degrees.items())]}
+                      if c.get("name") == "kserve-container" else c for c in containers]
     spec = {k: component[k] for k in _COMPONENT_POD_FIELDS if k in component}
     spec["containers"] = containers
     notes = {**podview.annotation_map(element.obj), **podview.string_map(component.get("annotations"))}
     return {"metadata": {"labels": podview.string_map(component.get("labels")), "annotations": notes}, "spec": spec}
+
+
+def _isvc_degrees(component: Mapping[str, Any]) -> dict[str, str]:
+    """The parallel degrees a multi-node predictor's ``workerSpec`` states, as the env its controller writes on the
+    head's kserve-container (``TENSOR_PARALLEL_SIZE``, ``PIPELINE_PARALLEL_SIZE``: predictor.go, overwriting any
+    value of the same name), so the head is read as stating its parallelism; only the degrees the spec sets."""
+    worker = component.get("workerSpec")
+    if not isinstance(worker, dict):
+        return {}
+    fields = (("TENSOR_PARALLEL_SIZE", "tensorParallelSize"), ("PIPELINE_PARALLEL_SIZE", "pipelineParallelSize"))
+    return {env: str(worker[field]) for env, field in fields
+            if isinstance(worker.get(field), int) and not isinstance(worker.get(field), bool)}
 
 
 def _isvc_worker(element: Element) -> dict[str, Any] | None:
