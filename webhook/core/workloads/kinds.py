@@ -29,6 +29,7 @@ from .templates import (
     dig,
     from_sites,
     pod_from,
+    with_env,
 )
 
 APPS = "apps/v1"
@@ -191,10 +192,8 @@ def _component(element: Element) -> dict[str, Any] | None:
         return None
     degrees = _isvc_degrees(component)
     if degrees:
-        containers = [{**c, "env": [*(e for e in podview.as_list(c.get("env"))
-                                      if not (isinstance(e, dict) and e.get("name") in degrees)),
-                                    *({"name": k, "value": v} for k, v in degrees.items())]}
-                      if c.get("name") == "kserve-container" else c for c in containers]
+        containers = [with_env(c, degrees, overwrite=True) if c.get("name") == "kserve-container" else c
+                      for c in containers]
     spec = {k: component[k] for k in _COMPONENT_POD_FIELDS if k in component}
     spec["containers"] = containers
     notes = {**podview.annotation_map(element.obj), **podview.string_map(component.get("annotations"))}
@@ -209,8 +208,8 @@ def _isvc_degrees(component: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(worker, dict):
         return {}
     fields = (("TENSOR_PARALLEL_SIZE", "tensorParallelSize"), ("PIPELINE_PARALLEL_SIZE", "pipelineParallelSize"))
-    return {env: str(worker[field]) for env, field in fields
-            if isinstance(worker.get(field), int) and not isinstance(worker.get(field), bool)}
+    degrees = {env: _int(worker.get(field), 0) for env, field in fields}
+    return {env: str(degree) for env, degree in degrees.items() if degree > 0}
 
 
 def _isvc_worker(element: Element) -> dict[str, Any] | None:

@@ -174,10 +174,16 @@ def _fields(element: Element, world: int) -> dict[str, str]:
             "api_version": str(element.obj.get("apiVersion", ""))}
 
 
-def _with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+def with_env(container: Mapping[str, Any], env: Mapping[str, str], *, overwrite: bool = False) -> dict[str, Any]:
+    """``container`` with the env a controller writes: a name it already sets is kept, or replaced where the
+    controller ``overwrite``s it (KServe's AddEnvVarToPodSpec)."""
     present = set(podview.container_env(container))
-    added = [{"name": k, "value": v} for k, v in env.items() if k not in present]
-    return {**container, "env": [*podview.as_list(container.get("env")), *added]} if added else dict(container)
+    added = [{"name": k, "value": v} for k, v in env.items() if overwrite or k not in present]
+    if not added:
+        return dict(container)
+    kept = [e for e in podview.as_list(container.get("env"))
+            if not (overwrite and isinstance(e, dict) and e.get("name") in env)]
+    return {**container, "env": [*kept, *added]}
 
 
 def pod_from(obj: Mapping[str, Any], template: PodTemplate, *, owner: Owner | None, fields: Mapping[str, str],
@@ -193,7 +199,7 @@ def pod_from(obj: Mapping[str, Any], template: PodTemplate, *, owner: Owner | No
     spec = dict(podview.as_dict(template.get("spec")))
     if env:
         values = {k: fill(v, fields) for k, v in env.items()}
-        spec["containers"] = [_with_env(c, values) for c in podview.containers({"spec": spec})]
+        spec["containers"] = [with_env(c, values) for c in podview.containers({"spec": spec})]
     metadata: dict[str, Any] = {"generateName": f"{meta.get('name', '')}-", "labels": pod_labels,
                                 "annotations": pod_annotations}
     if owner is not None:
