@@ -31,7 +31,7 @@ def with_discovered(rules: Rules, discovered: DiscoveredCatalog) -> Context:
 def with_queues(given: Rules | Context, objects: Iterable[Mapping[str, Any]], *, source: str) -> Context:
     """The context while the scheduler backend's queues among ``objects`` are known (read from ``source``)."""
     context = as_context(given)
-    queues = queues_seen(context.rules, Objects(tuple(objects), source), context.accelerators)
+    queues = queues_seen(context.rules, Objects(tuple(objects), source), context.cluster.gpu_classes)
     return replace(context, cluster=replace(context.cluster, queues=queues))
 
 

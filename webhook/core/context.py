@@ -16,6 +16,7 @@ from typing import Mapping
 from .dra.rules import GpuDeviceClass
 from .rules import Accelerators, GpuModel, Rules, lookup_model
 from .view.cluster_view import NOTHING_KNOWN, ClusterView
+from .view.gpu_classes import accelerators_in_force
 from .view.node_catalog import NodeCatalog
 from .view.targets import ALL_MODELS, TargetNodes
 
@@ -47,8 +48,7 @@ class Context:
     @property
     def accelerators(self) -> Accelerators:
         """The accelerators in force: the rules' with the extended resources the cluster's DeviceClasses serve."""
-        classes = self.cluster.gpu_classes
-        return classes.accelerators if classes is not None else self.rules.accelerators
+        return accelerators_in_force(self.rules, self.cluster.gpu_classes)
 
     @property
     def device_classes(self) -> Mapping[str, GpuDeviceClass]:

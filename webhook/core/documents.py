@@ -175,7 +175,7 @@ def check(documents: Iterable[Document], *, context: Context, namespace: str | N
     given = Objects(tuple(d.obj for d in documents), INPUT)
     cluster = context.cluster
     classes = classes_seen(rules, (given,), cluster.gpu_classes)
-    queues = cluster.queues or queues_seen(rules, given, classes.accelerators if classes else rules.accelerators)
+    queues = cluster.queues or queues_seen(rules, given, classes)
     claims = _claim_index(documents, namespace)
     ctx = Context(rules, replace(cluster, gpu_classes=classes, queues=queues, claims=claims))
     index = Index(documents)

@@ -103,9 +103,7 @@ class Services:
             if classes:
                 cluster = replace(cluster, gpu_classes=classes_seen(rules, self._device_classes))
             if classes or queues:
-                classes_in_force = cluster.gpu_classes
-                accelerators = classes_in_force.accelerators if classes_in_force else rules.accelerators
-                cluster = replace(cluster, queues=queues_seen(rules, self._queues, accelerators))
+                cluster = replace(cluster, queues=queues_seen(rules, self._queues, cluster.gpu_classes))
             self._cluster = cluster
 
     @classmethod

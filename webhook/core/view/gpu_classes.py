@@ -28,6 +28,12 @@ class GpuClasses:
     accelerators: Accelerators
 
 
+def accelerators_in_force(rules: Rules, classes: GpuClasses | None) -> Accelerators:
+    """The accelerators in force: the rules' with the extended resources the cluster's GPU classes serve, where
+    any are known."""
+    return classes.accelerators if classes is not None else rules.accelerators
+
+
 def gpu_classes(rules: Rules, found: Iterable[Iterable[GpuDeviceClass]],
                 base: GpuClasses | None = None) -> GpuClasses | None:
     """The GPU classes of ``found`` (one group per place they were read from, later ones winning by name) merged

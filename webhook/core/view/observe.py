@@ -12,10 +12,10 @@ from typing import Iterable
 from ..backends.queues import QueueIndex, read_queues
 from ..dra.classes import classes_of
 from ..podgroups.support import NOT_KNOWN, PodGroupSupport
-from ..rules import Accelerators, Rules
+from ..rules import Rules
 from .claims import ClaimIndex
 from .cluster_view import ClusterView, Objects, Resolver
-from .gpu_classes import GpuClasses, gpu_classes
+from .gpu_classes import GpuClasses, accelerators_in_force, gpu_classes
 from .node_catalog import node_catalog
 from .node_facts import UNDISCOVERED, DiscoveredCatalog
 from .priority_state import UNCHECKED, PriorityClassState
@@ -27,14 +27,14 @@ def classes_seen(rules: Rules, places: Iterable[Objects], base: GpuClasses | Non
     return gpu_classes(rules, (classes_of(place.items, rules, source=place.source) for place in places), base)
 
 
-def queues_seen(rules: Rules, objects: Objects | None, accelerators: Accelerators) -> QueueIndex | None:
+def queues_seen(rules: Rules, objects: Objects | None, classes: GpuClasses | None) -> QueueIndex | None:
     """The scheduler backend's queues among ``objects`` (None: the backend reads none, or none were read; a queue's
-    GPUs are counted by ``accelerators``, the ones in force)."""
+    GPUs are counted by the accelerators in force with the GPU ``classes`` known)."""
     if objects is None or not rules.scheduler.active:
         return None
     backend = rules.scheduler.backend
-    return read_queues(backend.name, backend.queue_kinds, objects.items, accelerators.is_accelerator,
-                       source=objects.source)
+    return read_queues(backend.name, backend.queue_kinds, objects.items,
+                       accelerators_in_force(rules, classes).is_accelerator, source=objects.source)
 
 
 def observe(rules: Rules, *, nodes: DiscoveredCatalog = UNDISCOVERED, device_classes: Iterable[Objects] = (),
@@ -44,5 +44,5 @@ def observe(rules: Rules, *, nodes: DiscoveredCatalog = UNDISCOVERED, device_cla
     """A whole view from what was read, every part worked out now."""
     classes = classes_seen(rules, device_classes)
     return ClusterView(nodes=node_catalog(rules, nodes), gpu_classes=classes,
-                       queues=queues_seen(rules, queues, classes.accelerators if classes else rules.accelerators),
+                       queues=queues_seen(rules, queues, classes),
                        priority_classes=priority_classes, claims=claims, pod_groups=pod_groups, jobs=jobs)
