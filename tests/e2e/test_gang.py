@@ -11,8 +11,9 @@ both, in the same run:
 - two 3-pod PyTorchJobs (8 GPUs a pod) whose pods arrive interleaved where the nodes hold one of them: with the
   gang one job is wholly bound and the other wholly pending, in every run; how often each job was partly bound
   with the gang off is printed;
-- an Indexed 3-pod training Job: the Job controller's PodGroup carries the narrowest block that holds it, the
-  class's PriorityClass and disruption mode, and its pods are bound in one block;
+- an Indexed 3-pod training Job (annotated, or known by its launcher alone): the Job controller's PodGroup carries
+  the narrowest block that holds it, the class's PriorityClass and disruption mode, and its pods are bound in one
+  block;
 - a 9-pod job on 8 nodes (72 GPUs, the cluster holds 64): told at admission, and with the gang no pod of it binds.
 
 And on the session's control plane, whose gates are off: nothing of this is written; the pod is mutated exactly as
@@ -245,10 +246,12 @@ def test_a_jobs_pods_name_the_group_the_controller_made_from_its_job(clusters: d
         clean(cluster, namespace)
 
 
-def indexed_job(name: str, pods: int) -> dict[str, Any]:
-    """An Indexed training Job of ``pods`` pods of 8 H100 (torchrun over the completions)."""
+def indexed_job(name: str, pods: int, *, annotated: bool = True) -> dict[str, Any]:
+    """An Indexed training Job of ``pods`` pods of 8 H100 (torchrun over the completions); without ``annotated``
+    it is known for training by its launcher alone, as a recipe writes it."""
     template = _template(H100)
-    template["metadata"]["annotations"]["ai-admission.io/workload-type"] = "training"
+    if annotated:
+        template["metadata"]["annotations"]["ai-admission.io/workload-type"] = "training"
     template["spec"]["restartPolicy"] = "Never"
     template["spec"]["containers"][0]["command"] = ["torchrun", "--nnodes", str(pods), "train.py"]
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
@@ -257,11 +260,14 @@ def indexed_job(name: str, pods: int) -> dict[str, Any]:
 
 
 @pytest.mark.e2e
-def test_an_indexed_job_is_packed_by_its_groups_constraint(clusters: dict[str, SimulatedCluster]) -> None:
+@pytest.mark.parametrize("annotated", [True, False], ids=["annotated", "by-its-launcher"])
+def test_an_indexed_job_is_packed_by_its_groups_constraint(clusters: dict[str, SimulatedCluster],
+                                                            annotated: bool) -> None:
     cluster = clusters["gang"]
-    namespace = cluster.namespace("indexed")
+    namespace = cluster.namespace("indexed" if annotated else "launched")
     try:
-        done = cluster.plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(indexed_job("ft", 3)))
+        job = indexed_job("ft", 3, annotated=annotated)
+        done = cluster.plane.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(job))
         assert done.returncode == 0, done.stderr
         (group,) = eventually(lambda: cluster.api("GET", f"{PODGROUPS}/namespaces/{namespace}/podgroups")["items"])
         spec = group["spec"]
@@ -271,6 +277,8 @@ def test_an_indexed_job_is_packed_by_its_groups_constraint(clusters: dict[str, S
         pods = eventually(lambda: (found := cluster.pods(namespace)) and len(found) == 3
                           and all(p["spec"].get("nodeName") for p in found) and found, seconds=60)
         assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in pods} == {group["metadata"]["name"]}
+        records = [json.loads(p["metadata"]["annotations"]["ai-admission.io/profile"]) for p in pods]
+        assert {(r["class"], r["multiNode"], r["jobPods"]) for r in records} == {("training", True, 3)}
         blocks = {domain(cluster, p["spec"]["nodeName"], BLOCK) for p in pods}
         assert len(blocks) == 1, blocks
     finally:

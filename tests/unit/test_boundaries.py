@@ -201,9 +201,10 @@ def test_no_nccl_for_single_pods_of_other_classes(workload: str) -> None:
 
 
 @pytest.mark.parametrize("workload", ["batch", "hpo"])
-def test_no_nccl_for_classes_without_it(workload: str) -> None:
+def test_nccl_for_multi_node_pods_of_every_class_that_runs_them(workload: str) -> None:
+    """The third question decides, not the class: a batch job or a trial of several pods talks across nodes too."""
     pod = gpu_pod(gpus=8, memory="40Gi", env={"WORLD_SIZE": "2"}, workload=workload)
-    assert nccl_env(pod, rules_with(INFINIBAND)) == {}
+    assert nccl_env(pod, rules_with(INFINIBAND)) == NCCL
 
 
 def test_nccl_for_single_node_pods_when_the_rules_say_so() -> None:

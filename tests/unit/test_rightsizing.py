@@ -322,10 +322,11 @@ def test_check_shows_the_gpus_the_need_takes(tmp_path: Path) -> None:
     done = run_check("-f", str(path))
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("WARN  Deployment serving/mistral-7b spec.template  class=inference (owner ReplicaSet/"
-                               "mistral-7b)  gpus=8 needed=1  reasons=gpu-over-provisioned")
-    assert "Deployment serving/llama-70b spec.template  class=inference (owner ReplicaSet/llama-70b)  gpus=4 needed=4" \
-        in done.stdout
+    choose = "; set annotation ai-admission.io/workload-type to choose another class"
+    assert lines[0].startswith(f"WARN  Deployment serving/mistral-7b spec.template  class=inference (owner ReplicaSet/"
+                               f"mistral-7b{choose})  gpus=8 needed=1  reasons=gpu-over-provisioned")
+    assert (f"Deployment serving/llama-70b spec.template  class=inference (owner ReplicaSet/llama-70b{choose})  gpus=4 "
+            f"needed=4") in done.stdout
     assert lines[-1] == ("2 checked: 1 allowed, 1 allowed with warnings, 0 denied; 21 GPUs asked beyond the need")
     results = json.loads(run_check("-f", str(path), "-o", "json").stdout)["results"]
     assert [(r["name"], r["gpus"], r["gpusNeeded"], r["replicas"], r["gpusBeyondNeed"]) for r in results] == [

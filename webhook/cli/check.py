@@ -74,6 +74,18 @@ def gpu_text(result: Result) -> str:
     return f"  gpus={result.gpus}{needed}"
 
 
+def answers_text(result: Result) -> str:
+    """The first and third of the three questions as the pod is given them, with where each came from (the second,
+    the GPUs, is on the line above)."""
+    answers = result.answers()
+    if not answers:
+        return ""
+    preemptible = "yes" if answers["preemptible"] else "no"
+    across = "yes" if answers["multiNode"] else "no"
+    where = f" ({answers['multiNodeReason']})" if answers["multiNodeReason"] else ""
+    return f"preemptible={preemptible} ({answers['preemptibleReason']})  across-nodes={across}{where}"
+
+
 def render_text(report: Report) -> str:
     lines = []
     for r in report.results:
@@ -82,6 +94,9 @@ def render_text(report: Report) -> str:
         why = f" ({r.reason})" if r.reason else ""
         reader = f"  reader={r.reader}" if r.path else ""  # templates: the kinds table or the generic reader
         lines.append(f"{r.status:<5} {target}  class={r.workload}{why}{gpu_text(r)}  reasons={reasons}{reader}")
+        answers = answers_text(r)
+        if answers:
+            lines.append(f"      {answers}")
         if r.verdict.message:
             lines.extend(f"      {line}" for line in r.verdict.message.splitlines()[1:])
         lines.extend(f"      warning: {w}" for w in r.verdict.warnings)

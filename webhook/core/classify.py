@@ -1,6 +1,7 @@
 """Which of the four workload classes a pod belongs to, and why.
 
-Precedence: the explicit annotation, then the ordered signals of the rules (labels, owner kinds, env), then
+Precedence: the explicit annotation, then the ordered signals of the rules (labels, owner kinds, env, a
+distributed launcher on the command line), then
 shape (an accelerator pod with no signal gets the rules' default class). Every answer carries a reason a
 person can read in ``kubectl get pod -o yaml`` or in a denial message.
 """
@@ -43,7 +44,18 @@ def _match(signal: Signal, facts: PodFacts) -> list[str] | None:
         if found is None:
             return None
         evidence.append(f"env {found}")
+    for command_match in signal.commands:
+        found = command_match.matches(facts.commands)
+        if found is None:
+            return None
+        evidence.append(found)
     return evidence
+
+
+def _owner_only(signal: Signal) -> bool:
+    """A signal that reads nothing but the owner's kind: the class is a guess from how the pod is made (a Job is
+    batch, a ReplicaSet inference), so its reason says how to choose another."""
+    return bool(signal.owners) and not (signal.labels or signal.env or signal.commands)
 
 
 def annotated_reason(workload: str) -> str:
@@ -65,7 +77,10 @@ def classify(facts: PodFacts, *, rules: Rules, hints: Hints, has_accelerator: bo
             continue
         evidence = _match(signal, facts)
         if evidence is not None:
-            return Classification(signal.workload, ", ".join(evidence), "signal")
+            reason = ", ".join(evidence)
+            if _owner_only(signal):
+                reason += f"; set annotation {names.WORKLOAD_TYPE} to choose another class"
+            return Classification(signal.workload, reason, "signal")
     if has_accelerator:
         return Classification(rules.default_class,
                               f"requests an accelerator and carries no workload signal; default class "

@@ -18,6 +18,7 @@ from .bypasses import env_sources
 from .context import Context
 from .dra import claims as dra
 from .mutate import mutate_pod
+from .quantity import format_bytes
 from .view import claims as claim_view
 from .view.cluster_view import INPUT, Objects
 from .view.observe import classes_seen, queues_seen
@@ -74,6 +75,17 @@ class Result:
         profile = self.verdict.profile
         return profile.gpus_beyond_need * self.replicas if profile is not None else 0
 
+    def answers(self) -> dict[str, Any]:
+        """The three questions' answers one of its pods is given, each with where it came from (None: no profile)."""
+        profile = self.verdict.profile
+        if profile is None or not profile.gpu_count:
+            return {}
+        return {"preemptible": profile.preemptible, "preemptibleReason": profile.preemptible_reason,
+                "gpus": profile.gpu_count, "model": profile.model.name if profile.model else profile.model_name,
+                "gpuMemoryPerGpu": format_bytes(profile.memory_per_gpu) if profile.memory_per_gpu is not None else None,
+                "multiNode": profile.multi_node, "multiNodeReason": profile.multi_node_reason,
+                "jobPods": profile.world.pods}
+
     @property
     def status(self) -> str:
         if not self.verdict.allowed:
@@ -86,7 +98,7 @@ class Result:
                 "class": self.workload, "classReason": self.reason, "reader": self.reader,
                 "readGenerically": self.generic,
                 "gpus": self.gpus, "gpusNeeded": self.gpus_needed, "replicas": self.replicas,
-                "gpusBeyondNeed": self.gpus_beyond_need,
+                "gpusBeyondNeed": self.gpus_beyond_need, "answers": self.answers(),
                 "allowed": self.verdict.allowed, "mode": self.verdict.mode,
                 "reasons": self.verdict.reason_codes,
                 "denials": [f.code for f in self.verdict.findings if f.severity == "deny"],

@@ -88,6 +88,10 @@ CODES: tuple[Code, ...] = (
          "write it as the message says (a class name, a quantity, true or false)"),
     Code("priority-class-not-allowed", "deny", "the pod names a PriorityClass its workload class may not take",
          "use one the message lists, or leave priorityClassName empty"),
+    Code("preemptible-not-honoured", "warn", "the pod answers \"can it be preempted?\" (annotation "
+         "ai-admission.io/preemptible) otherwise than its class, and the rules give the class no PriorityClass for "
+         "that answer: it runs at the class's own", "set the class's priorityClassIfPreemptible or "
+         "priorityClassIfNotPreemptible in the rules, or drop the annotation"),
     Code("unknown-accelerator", "warn", "the pod asks for an extended resource that looks like a GPU but is not in "
          "the rules' accelerators; it is judged as one GPU per unit, with no vendor check",
          "add it to accelerators.resources with its vendor (or to notAccelerators if it is not a GPU)"),

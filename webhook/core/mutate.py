@@ -268,7 +268,9 @@ def _warn_fabric_needs(ctx: _Context, fabric: str, told: frozenset[str]) -> None
 
 
 def set_priority(ctx: _Context) -> None:
-    """The class's PriorityClass when the pod names none, with the values the class resolves to.
+    """The PriorityClass of the pod's answer to "can it be preempted?" (its class's own, or the class's other one
+    where the pod answers otherwise: `ClassSettings.priority_for`) when the pod names none, with the values the
+    class resolves to.
 
     The Priority admission plugin has already resolved ``spec.priority`` and ``preemptionPolicy`` from no class
     (0, PreemptLowerPriority) before the webhooks run; it runs again after a webhook changed the pod and refuses
@@ -279,7 +281,7 @@ def set_priority(ctx: _Context) -> None:
     where the background check saw a class with other values (see `webhook.cluster.priority_classes`), the fields are removed and
     the API server fills them in.
     """
-    priority = ctx.class_settings.priority_class
+    priority = ctx.class_settings.priority_for(ctx.profile.preemptible)  # the first question's answer chooses it
     if priority is None or ctx.spec.get("priorityClassName"):
         return
     if priority.name in ctx.priority_classes.missing_priority_classes:

@@ -92,7 +92,7 @@ class PodFacts:
     at every step was a measurable share of a request. Built from the pod as received; never modified.
     """
 
-    __slots__ = ("pod", "metadata", "spec", "labels", "annotations", "_owners", "_env")
+    __slots__ = ("pod", "metadata", "spec", "labels", "annotations", "_owners", "_env", "_commands")
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         self.pod = pod
@@ -102,6 +102,7 @@ class PodFacts:
         self.annotations = string_map(self.metadata.get("annotations"))
         self._owners: list[dict[str, Any]] | None = None
         self._env: dict[str, str | None] | None = None
+        self._commands: list[tuple[str, str]] | None = None
 
     @property
     def owners(self) -> list[dict[str, Any]]:
@@ -115,6 +116,19 @@ class PodFacts:
         if self._env is None:
             self._env = pod_env(self.pod)
         return self._env
+
+    @property
+    def commands(self) -> list[tuple[str, str]]:
+        """(container name, command and args joined by spaces) of each app container, built on first use: what a
+        launcher signal (`webhook.core.rules.CommandMatch`) and the job's size read."""
+        if self._commands is None:
+            self._commands = [(str(c.get("name", "?")), command_line(c)) for c in containers(self.pod)]
+        return self._commands
+
+
+def command_line(container: Mapping[str, Any]) -> str:
+    """A container's command and args, joined by spaces (what a shell would run, with no quoting)."""
+    return " ".join(w for key in ("command", "args") for w in as_list(container.get(key)) if isinstance(w, str))
 
 
 def describe(*, name: str | None, generate_name: str | None, namespace: str | None, kind: str = "pod") -> str:

@@ -29,13 +29,14 @@ from .hints import Hints, read_hints
 from .models import MemoryStatement, ModelChoice, annotated_models, device_choice, pinned_models, stated_memory
 from .podview import PodFacts
 from .quantity import QuantityError, format_bytes, parse_quantity
-from .rules import GpuModel
+from .rules import ClassSettings, GpuModel
 from .view import claims as claim_view
 from .workloads.parallelism import (
     SINGLE,
     World,
     cards_holding,
     declared_parallelism,
+    launcher_world,
     parallel_size,
     tensor_parallel,
     world_of,
@@ -60,8 +61,8 @@ class Profile:
     memory_per_gpu: Decimal | None          # bytes of GPU memory each card must hold (over the GPUs the need takes)
     memory_total: Decimal | None            # bytes over all the job's cards (the pod's, for a single pod)
     memory_basis: MemoryBasis | None        # how the need was worked out (see memory_source)
-    preemptible: bool
-    multi_node: bool
+    preemptible: bool                       # the first question's answer, as the pod is given it (its priority)
+    multi_node: bool                        # the third's: one of several pods of one job, across nodes
     multi_node_reason: str | None
     facts: PodFacts = field(repr=False, compare=False)  # the pod's parts as read once, for later steps
     problems: tuple[Finding, ...] = field(default=())
@@ -77,6 +78,7 @@ class Profile:
     parallelism: str | None = None           # where the pod says it spreads its work over its GPUs on purpose
                                              # (read where a whole model's need would leave GPUs idle)
     gpus_needed: int | None = None           # the GPUs its memory need takes (None: the need or the card unknown)
+    preemptible_reason: str | None = None    # where the answer to "can it be preempted?" came from
 
     @property
     def models(self) -> tuple[GpuModel, ...]:
@@ -399,12 +401,27 @@ def _params_text(params: int) -> str:
     return str(params)
 
 
+def _preemptible(hints: Hints, policy: ClassSettings | None, workload: str) -> tuple[bool, str | None]:
+    """The answer to "can it be preempted?" the pod is given, and where it came from: annotation
+    ``ai-admission.io/preemptible`` where the class has a PriorityClass for that answer, else the class's own (a
+    pod whose annotation its class cannot honour is told so by `webhook.core.validate`, and its record says what it
+    got, never what it asked)."""
+    if policy is None:
+        return False, None
+    asked = hints.preemptible
+    if asked is not None and policy.honours(asked):
+        return asked, f"annotation {names.PREEMPTIBLE}={str(asked).lower()}"
+    return policy.preemptible, f"class {workload}"
+
+
 def _multi_node(facts: PodFacts, ctx: Context, hints: Hints, workload: str, world: World) -> tuple[bool, str | None]:
     """Whether the pod is one of several pods of one job (they talk over the network, NCCL between nodes)."""
     if hints.multi_node is not None:
         return hints.multi_node, f"annotation {names.MULTI_NODE}={str(hints.multi_node).lower()}"
     if world.pods > 1:
         return True, f"{world.pods} pods ({world.source})"
+    if world.source is not None:  # its owner, operator or launcher says: one pod
+        return False, f"1 pod ({world.source})"
     if workload == "training":
         replica_type = facts.labels.get("training.kubeflow.org/replica-type", "")
         if replica_type.lower() in ctx.rules.multi_node_replica_types:
@@ -542,6 +559,9 @@ def build_profile(pod: Mapping[str, Any], ctx: Context, claims: claim_view.Claim
     choice, model_name, model_source = _choose_model(hints, facts, ctx, pinned) if gpus else (None, None, None)
     model = choice.smallest if choice else None
     job = world if world is not None else (world_of(facts, ctx.rules) if gpus else SINGLE)
+    if world is not None and world.pods == 1 and gpus:  # a template of one pod whose launcher says it has peers
+        launched = launcher_world(facts, ctx.rules.world)
+        job = launched if launched is not None and launched.pods > 1 else job
     stated = stated_memory(facts, ctx) if gpus else None
     for source in SOURCES:
         if stated is not None:
@@ -555,7 +575,7 @@ def build_profile(pod: Mapping[str, Any], ctx: Context, claims: claim_view.Claim
         if per_gpu is None:
             per_gpu, total, memory_basis = claimed.memory_need(sum(gpus.values()))
     policy = ctx.rules.classes.get(workload)
-    preemptible = hints.preemptible if hints.preemptible is not None else bool(policy and policy.preemptible)
+    preemptible, preemptible_reason = _preemptible(hints, policy, workload)
     multi_node, multi_node_reason = _multi_node(facts, ctx, hints, workload, job)
     vendors = tuple(sorted({v for v in (ctx.accelerators.vendor_of(r) for r in gpus) if v}))
     count = sum(gpus.values())
@@ -582,7 +602,8 @@ def build_profile(pod: Mapping[str, Any], ctx: Context, claims: claim_view.Claim
         classification=classification, hints=hints, gpus=gpus, mig_memory=mig_memory,
         model=model, model_name=model_name, model_source=model_source,
         memory_per_gpu=per_gpu, memory_total=total, memory_basis=memory_basis,
-        preemptible=preemptible, multi_node=multi_node, multi_node_reason=multi_node_reason,
+        preemptible=preemptible, preemptible_reason=preemptible_reason,
+        multi_node=multi_node, multi_node_reason=multi_node_reason,
         problems=tuple(problems), accelerator_containers=users,
         pinned_model=pinned.written if pinned else None, pinned_where=pinned.source if pinned else None,
         choice=choice, pinned=pinned,

@@ -288,9 +288,29 @@ def _rightsizing(r: CheckContext) -> Iterable[Finding]:
     return rightsizing_findings(r.profile, r.ctx)
 
 
+def _unhonoured_preemptible(profile: Profile, ctx: Context) -> Finding | None:
+    """A pod whose answer to "can it be preempted?" its class has no PriorityClass for: told what it runs at and
+    which rule would change it (its record says what it got)."""
+    asked = profile.hints.preemptible
+    policy = ctx.rules.classes.get(profile.workload)
+    if asked is None or policy is None or policy.honours(asked):
+        return None
+    own = policy.priority_class
+    named = podview.spec(profile.facts.pod).get("priorityClassName")
+    if named and (own is None or named != own.name):  # it chose its own (the class's is what /mutate gave it)
+        return None
+    level = f"{own.name} ({own.value}), " if own is not None else ""
+    fate = "which other classes preempt" if policy.preemptible else "which no other class preempts"
+    return warn("preemptible-not-honoured",
+                f"annotation {names.PREEMPTIBLE}={str(asked).lower()} is not honoured: the rules give {profile.workload} "
+                f"pods no PriorityClass for it (classes.{profile.workload}.{policy.otherwise_key}), so it runs at "
+                f"{level}{fate}")
+
+
 def _priority(r: CheckContext) -> Iterable[Finding]:
     found = _priority_finding(r.pod, r.profile, r.ctx)
-    return (found,) if found else ()
+    unhonoured = _unhonoured_preemptible(r.profile, r.ctx)
+    return tuple(f for f in (found, unhonoured) if f is not None)
 
 
 def _unknown_accelerators(r: CheckContext) -> Iterable[Finding]:

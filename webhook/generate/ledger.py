@@ -272,7 +272,9 @@ LEDGER: dict[Callable[..., Any], Entry] = {
                                   "its need is stated per GPU, so it takes every GPU it asks for (never "
                                   "gpu-over-provisioned, whose need is a whole model's: no hint of ours but the "
                                   "memory); no smaller device of the cluster holds it (the facts' card says)"),
-    validate._priority: Judged((_no_priority_class,), "the pod names no PriorityClass, so none that is not allowed"),
+    validate._priority: Judged((_no_priority_class, _own_annotations),
+                               "the pod names no PriorityClass, so none that is not allowed; it answers no question "
+                               "by annotation (ai-admission.io/preemptible), so none its class cannot honour"),
     validate._unknown_accelerators: Judged((_countable,), "every accelerator is one the rules list"),
     validate._host_memory: Judged((_host_memory,), "every container has a memory limit"),
     validate._tensor_parallel: Judged((_pcie,), "no tensor parallelism over PCIe"),
@@ -286,8 +288,10 @@ LEDGER: dict[Callable[..., Any], Entry] = {
     mutate.add_nccl_env: Exempt(_single_node_nccl, "NCCL settings for single-node pods are the webhook's",
                                 (_single_node,)),
     mutate.void_visible_devices: Judged((_nothing_voided,), "no container the webhook would void"),
-    mutate.set_priority: Judged((_no_priority_class, _priority_as_rules),
-                                "the policy writes the class's PriorityClass, as the cluster has it", writes=True),
+    mutate.set_priority: Judged((_no_priority_class, _priority_as_rules, _own_annotations),
+                                "the policy writes the class's PriorityClass, as the cluster has it; its own answer "
+                                "to can-it-be-preempted (no ai-admission.io/preemptible), so the class's own",
+                                writes=True),
     mutate.add_tolerations: Exempt(_pool_tolerations, "a class's pool tolerations are the webhook's",
                                    (_readable,)),
     mutate.pin_model: Judged((_model_by_label,), "a model label of the nodeSelector names the model already"),

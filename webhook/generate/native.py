@@ -254,10 +254,13 @@ def _priority_ops(classes: Mapping[str, ClassSettings]) -> str:
     """The class's PriorityClass with its value and preemption policy (the Priority admission plugin has already
     resolved the pod's: an add replaces them), where the pod names none and the cluster has the class as the rules
     say (the facts' PriorityClasses: `webhook.generate.native_record.priority_state`). Where it lacks the class or
-    holds it with another value, the webhook sets what it sets and says why: the policy writes nothing."""
+    holds it with another value, the webhook sets what it sets and says why: the policy writes nothing; nor for a pod
+that answers "can it be preempted?" by annotation (its answer may choose another class's PriorityClass)."""
     chosen = per_class(classes, _priority)
+    # a pod that answers "can it be preempted?" itself may be owed another class's PriorityClass: the webhook's
+    answered = f"!({cel_string(names.PREEMPTIBLE)} in object.metadata.?annotations.orValue({{}}))"
     named = ("variables.countable && object.spec.?priorityClassName.orValue('') == '' && size(pc) == 3 && "
-             "variables.priorityState == 'as-rules'")
+             f"variables.priorityState == 'as-rules' && {answered}")
     full = (f"[{add(cel_string('/spec/priorityClassName'), 'pc[0]')}, {add(cel_string('/spec/priority'), 'pc[1]')}, "
             f"{add(cel_string('/spec/preemptionPolicy'), 'pc[2]')}]")
     return f"cel.bind(pc, {chosen}, {named} ? {full} : [])"

@@ -19,7 +19,7 @@ from webhook.core.podgroups.support import GROUP as POD_GROUP_API
 from webhook.core.podgroups.support import MANAGED_BY, MANAGED_BY_LABEL
 from webhook.core.podgroups.support import RESOURCE as POD_GROUP_RESOURCE
 from webhook.core.podgroups.support import VERSIONS as POD_GROUP_VERSIONS
-from webhook.core.rules import Rules
+from webhook.core.rules import PriorityClassSpec, Rules
 from webhook.core.workloads.kinds import KINDS
 
 from .match_conditions import match_conditions
@@ -32,17 +32,19 @@ TIMEOUT_SECONDS = 5
 def priority_classes(rules: Rules) -> list[dict[str, Any]]:
     result = []
     for policy in rules.classes.values():
-        spec = policy.priority_class
-        if spec is None:
-            continue
-        result.append({
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": spec.name, "labels": {"app.kubernetes.io/part-of": NAME,
-                                                        "ai-admission.io/workload-type": policy.name}},
-            "value": spec.value, "preemptionPolicy": spec.preemption_policy, "globalDefault": False,
-            "description": spec.description or f"ai-admission: {policy.name} pods",
-        })
+        for spec in policy.priority_classes:  # its own, and the one of the other answer to "can it be preempted?"
+            result.append(_priority_class(policy.name, spec))
     return sorted(result, key=lambda pc: -pc["value"])
+
+
+def _priority_class(workload: str, spec: PriorityClassSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": spec.name, "labels": {"app.kubernetes.io/part-of": NAME,
+                                                    "ai-admission.io/workload-type": workload}},
+        "value": spec.value, "preemptionPolicy": spec.preemption_policy, "globalDefault": False,
+        "description": spec.description or f"ai-admission: {workload} pods",
+    }
 
 
 def _client_config(path: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from .reload import RulesWatch, load_at_start
 
 def priority_classes(rules: Rules) -> list[PriorityClassSpec]:
     """The PriorityClasses the rules set on pods."""
-    return [p.priority_class for p in rules.classes.values() if p.priority_class]
+    return [spec for p in rules.classes.values() for spec in p.priority_classes]
 
 
 @dataclass

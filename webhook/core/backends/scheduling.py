@@ -86,7 +86,10 @@ def _value(write: Write, backend: Backend, job: _Job, ctx: Context, warnings: li
         return queue, False
     if intent == "priorityClass":
         policy = ctx.rules.classes.get(job.workload)
-        default = policy.priority_class.name if policy and policy.priority_class else None
+        chosen = policy.priority_for(job.profile.preemptible) if policy else None  # the pods' own answer
+        if policy is not None and chosen is not None and chosen is not policy.priority_class:
+            return chosen.name, False  # the pods answered otherwise than their class: the class's mapping is not theirs
+        default = chosen.name if chosen else None
         return backend.priority_classes.get(job.workload, default), False
     if intent == "preemptibility":
         return write.values.get("preemptible" if job.profile.preemptible else "protected"), False

@@ -154,7 +154,8 @@ def plan_of(profile: Profile, ctx: Context, api: PodGroupApi, *, pods: int) -> G
             notes.append(f"the group is not held to one {wanted} domain: the cluster keeps no topology constraint "
                          f"on a PodGroup (feature gate TopologyAwareWorkloadScheduling)")
         key = wanted if api.topology else None
-    priority = settings.priority_class.name if settings.priority_class else None
+    chosen = settings.priority_for(profile.preemptible)  # as the pods get it (`webhook.core.mutate.set_priority`)
+    priority = chosen.name if chosen else None
     if priority is not None and priority in ctx.cluster.priority_classes.missing_priority_classes:
         priority = None  # the API server refuses a group naming a class that is not there (the pods are told)
     disruption: str | None = spec.disruption_mode

@@ -26,6 +26,7 @@ from .model import (
     Accelerators,
     ClassMutation,
     ClassSettings,
+    CommandMatch,
     DegreeSettings,
     DeviceResource,
     EnvMatch,
@@ -333,7 +334,9 @@ def _compile_world(spec: Mapping[str, Any]) -> WorldSettings:
     pattern = spec.get("nodesEnvSumPattern")
     return WorldSettings(nodes_env=tuple(spec.get("nodesEnv") or ()), processes_env=spec.get("processesEnv"),
                          processes_per_node_env=spec.get("processesPerNodeEnv"),
-                         nodes_env_sum_pattern=re.compile(pattern) if pattern else None)
+                         nodes_env_sum_pattern=re.compile(pattern) if pattern else None,
+                         nodes_args=tuple(re.compile(a) for a in spec.get("nodesArgs") or ()),
+                         single_node_args=tuple(re.compile(a) for a in spec.get("singleNodeArgs") or ()))
 
 
 def _compile_degree(spec: Mapping[str, Any] | None) -> DegreeSettings:
@@ -394,21 +397,36 @@ def _compile_class_mutation(spec: Mapping[str, Any], where: list[Any], source: s
     )
 
 
+def _priority_class(pc: Mapping[str, Any] | None) -> PriorityClassSpec | None:
+    if not pc:
+        return None
+    return PriorityClassSpec(name=pc["name"], value=int(pc["value"]),
+                             preemption_policy=pc.get("preemptionPolicy", "PreemptLowerPriority"),
+                             description=pc.get("description", ""))
+
+
 def _compile_class(name: str, spec: Mapping[str, Any], source: str) -> ClassSettings:
-    pc = spec.get("priorityClass")
-    priority = None
-    if pc:
-        priority = PriorityClassSpec(name=pc["name"], value=int(pc["value"]),
-                                     preemption_policy=pc.get("preemptionPolicy", "PreemptLowerPriority"),
-                                     description=pc.get("description", ""))
+    priority = _priority_class(spec.get("priorityClass"))
+    preemptible = bool(spec["preemptible"])
+    # the class's own PriorityClass answers its own `preemptible`; the other key names the other answer's
+    own_key, other_key = (("priorityClassIfPreemptible", "priorityClassIfNotPreemptible") if preemptible
+                          else ("priorityClassIfNotPreemptible", "priorityClassIfPreemptible"))
+    if own_key in spec:
+        raise _fail(source, ["classes", name, own_key],
+                    f"the class's pods are {'' if preemptible else 'not '}preemptible unless they say otherwise: "
+                    f"priorityClass is theirs; {other_key} names the PriorityClass of those that say otherwise")
+    otherwise = _priority_class(spec.get(other_key))
+    if otherwise is not None and priority is not None and otherwise.name == priority.name:
+        raise _fail(source, ["classes", name, other_key, "name"],
+                    f'"{otherwise.name}" is the class\'s own priorityClass: the other answer needs another')
     allowed = set(spec.get("allowedPriorityClasses") or [])
-    if priority:
-        allowed.add(priority.name)
-    return ClassSettings(name=name, preemptible=bool(spec["preemptible"]),
+    allowed.update(p.name for p in (priority, otherwise) if p is not None)
+    return ClassSettings(name=name, preemptible=preemptible,
                        memory_factor=Decimal(str(spec["memoryFactor"])), priority_class=priority,
                        allowed_priority_classes=frozenset(allowed),
                        warn_guaranteed_qos=bool(spec.get("warnGuaranteedQoS", False)),
-                       mutate=_compile_class_mutation(spec.get("mutate") or {}, ["classes", name, "mutate"], source))
+                       mutate=_compile_class_mutation(spec.get("mutate") or {}, ["classes", name, "mutate"], source),
+                       priority_class_otherwise=otherwise)
 
 
 def _regex(value: str | None) -> re.Pattern[str] | None:
@@ -437,4 +455,5 @@ def _compile_signal(index: int, spec: Mapping[str, Any]) -> Signal:
         ),
         requires_accelerator=bool(spec.get("requiresAccelerator", False)),
         index=index,
+        commands=tuple(CommandMatch(pattern=re.compile(m["pattern"])) for m in spec.get("commands", [])),
     )

@@ -304,6 +304,8 @@ class WorldSettings:
     processes_env: str | None = None
     processes_per_node_env: str | None = None
     nodes_env_sum_pattern: re.Pattern[str] | None = None
+    nodes_args: tuple[re.Pattern[str], ...] = ()       # a launcher's own count of nodes: group 1
+    single_node_args: tuple[re.Pattern[str], ...] = ()  # a launcher's word for a job of one node
 
 
 @dataclass(frozen=True)
@@ -407,6 +409,31 @@ class ClassSettings:
     allowed_priority_classes: frozenset[str]
     warn_guaranteed_qos: bool
     mutate: ClassMutation = field(default_factory=ClassMutation)
+    # the PriorityClass of a pod of the class that answers "can it be preempted?" otherwise than the class's
+    # `preemptible` (annotation ai-admission.io/preemptible; rules key priorityClassIfPreemptible or
+    # priorityClassIfNotPreemptible); None: the class keeps such a pod at its own and says so
+    priority_class_otherwise: PriorityClassSpec | None = None
+
+    def honours(self, preemptible: bool) -> bool:
+        """Whether a pod of the class answering ``preemptible`` can be given a PriorityClass of that answer."""
+        return preemptible == self.preemptible or self.priority_class_otherwise is not None
+
+    def priority_for(self, preemptible: bool) -> PriorityClassSpec | None:
+        """The PriorityClass the answer to "can it be preempted?" chooses: the class's own for its own answer, the
+        other one for the other answer (the class's own where the rules name none: see `honours`)."""
+        if preemptible == self.preemptible or self.priority_class_otherwise is None:
+            return self.priority_class
+        return self.priority_class_otherwise
+
+    @property
+    def otherwise_key(self) -> str:
+        """The rules key of the class's PriorityClass for the other answer (for messages)."""
+        return "priorityClassIfNotPreemptible" if self.preemptible else "priorityClassIfPreemptible"
+
+    @property
+    def priority_classes(self) -> tuple[PriorityClassSpec, ...]:
+        """Every PriorityClass the class's pods may be given (the generated manifests, the cluster's check)."""
+        return tuple(p for p in (self.priority_class, self.priority_class_otherwise) if p is not None)
 
 
 @dataclass(frozen=True)
@@ -469,6 +496,22 @@ class EnvMatch:
 
 
 @dataclass(frozen=True)
+class CommandMatch:
+    """A pattern of an app container's command line (command and args joined by spaces): how a distributed launcher
+    (torchrun, accelerate launch, deepspeed) says a pod is one process group of a training job."""
+
+    pattern: re.Pattern[str]
+
+    def matches(self, commands: list[tuple[str, str]]) -> str | None:
+        """``commands``: (container name, command line) of each app container. Returns what matched and where."""
+        for name, line in commands:
+            found = self.pattern.search(line) if line else None
+            if found is not None:
+                return f'command "{found.group(0).strip()}" in container "{name}"'
+        return None
+
+
+@dataclass(frozen=True)
 class OwnerMatch:
     kind: str
     api_group: str | None
@@ -491,6 +534,7 @@ class Signal:
     env: tuple[EnvMatch, ...]
     requires_accelerator: bool
     index: int
+    commands: tuple[CommandMatch, ...] = ()
     # Cheap pre-checks, derived at load: the exact label keys and owner kinds the signal cannot match without.
     label_keys: frozenset[str] = frozenset()
     owner_kinds: frozenset[str] = frozenset()

@@ -5,7 +5,8 @@ model needs (the sizes tensor parallelism takes).
 All change what a pod needs. A 405B model does not fit the 8 cards of one pod, but a 64-pod job shards it over
 512 cards; so the memory need of a distributed job is spread over all its GPUs, and the world size is read from
 where the operators write it: the env they inject (torchrun's ``PET_NNODES``, ``WORLD_SIZE`` with
-``PET_NPROC_PER_NODE``, LeaderWorkerSet's group size, Volcano's task sizes), or, for a controller's template, the
+``PET_NPROC_PER_NODE``, LeaderWorkerSet's group size, Volcano's task sizes), else from the launcher's own count on
+the command line (torchrun ``--nnodes``), or, for a controller's template, the
 replica counts (see `webhook.core.workloads.templates`). Tensor parallelism is what makes PCIe cards slow: only a pod that says it
 splits one model over its cards (vLLM's ``--tensor-parallel-size``, an env variable) is warned about it. A pod that
 states a degree above 1 of tensor, pipeline or data parallelism (or names its parallelism by annotation) uses
@@ -21,7 +22,7 @@ from decimal import Decimal
 from .. import names, podview
 from ..hints import Hints
 from ..podview import PodFacts
-from ..rules import DegreeSettings, Rules
+from ..rules import DegreeSettings, Rules, WorldSettings
 
 
 @dataclass
@@ -69,7 +70,28 @@ def world_of(facts: PodFacts, rules: Rules) -> World:
                 parts.append((name, count))
         if parts:
             return World(sum(c for _, c in parts), "env " + " + ".join(f"{n}={c}" for n, c in parts))
+    if settings.nodes_args or settings.single_node_args:
+        return launcher_world(facts, settings) or SINGLE
     return SINGLE
+
+
+def launcher_world(facts: PodFacts, settings: WorldSettings) -> World | None:
+    """The job's pods as its launcher counts them on a container's command line (torchrun ``--nnodes=2``,
+    ``--standalone``), where no operator's env says: an Indexed Job's pod carries no count of its job but what its
+    command says. None when no container says."""
+    for name, line in facts.commands:
+        if not line:
+            continue
+        for pattern in settings.nodes_args:
+            found = pattern.search(line)
+            count = _count(found.group(1)) if found is not None else None
+            if found is not None and count is not None:
+                return World(count, f'{found.group(0).strip()} in container "{name}"')
+        for pattern in settings.single_node_args:
+            found = pattern.search(line)
+            if found is not None:
+                return World(1, f'{found.group(0).strip()} in container "{name}"')
+    return None
 
 
 def _first_degree(facts: PodFacts, settings: DegreeSettings, least: int) -> tuple[int, str] | None:

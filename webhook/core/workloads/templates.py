@@ -267,7 +267,7 @@ def _worlds(found: list[_Found], kind: str) -> dict[str, World]:
     for group in {f.group for f in found}:
         members = [f for f in found if f.group == group and f.gpus and f.pods > 0]
         pods = sum(f.pods for f in members)
-        if pods > 1:
+        if pods >= 1:  # one pod too: a job of one pod talks to no other node, whatever its replica types say
             parts = " + ".join(f.pods_text for f in members)
             worlds[group] = World(pods, f"{kind} {parts}")
     return worlds
