@@ -276,7 +276,8 @@ def test_controller_templates_take_claims_too(control_plane: ControlPlane, dra_s
            "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}}}
     done = control_plane.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(job))
     assert done.returncode != 0
-    assert (f'Job "{namespace}/two-claims" spec.template (batch: owner Job/two-claims) was denied by ai-admission:\n'
+    assert (f'Job "{namespace}/two-claims" spec.template (batch: owner Job/two-claims; set annotation '
+            f'ai-admission.io/workload-type to choose another class) was denied by ai-admission:\n'
             f"- 16 GPUs in one pod, but one a100-80g node holds 8") in done.stderr, done.stderr
 
 
