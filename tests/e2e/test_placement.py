@@ -8,6 +8,7 @@ namespaces. What is measured, on both clusters:
 
 - a multi-node training job packs into one topology domain when one has room, and is told when none has;
 - inference replicas spread over both zones;
+- a model named only by annotation is pinned by a label its nodes carry, and binds;
 - a training job arriving on a cluster full of batch preempts batch and is scheduled;
 - an inference pod arriving on a cluster full of training never leaves a training job with some pods evicted;
 - a multi-node training pod carries the NCCL settings of the fabric its nodes publish, or a warning that says
@@ -182,6 +183,27 @@ def test_a_training_job_no_domain_holds_is_told(cluster: SimulatedCluster, names
     told = create(cluster, namespace, training_worker(cluster, "huge", 0, pods))
     assert any(w.startswith(f"pods not packed: no single {cluster.name} domain holds the job's {pods * 8} GPUs")
                for w in told), told
+
+
+@pytest.mark.e2e
+def test_a_model_named_only_by_annotation_is_pinned_by_a_label_its_nodes_carry_and_binds(
+        cluster: SimulatedCluster, namespace: str) -> None:
+    """The nodes carry the provider's and GPU feature discovery's labels, not the course's gpu-type: the pod is
+    pinned by one they carry, and the scheduler binds it (a gpu-type selector would leave it Pending for ever)."""
+    pods = []
+    for index in range(2):
+        pod = inference_replica({}, index)
+        pod["metadata"]["annotations"]["ai-admission.io/gpu-model"] = "h100-80g"
+        del pod["spec"]["nodeSelector"]
+        told = create(cluster, namespace, pod)
+        assert not any("not pinned" in w for w in told), told
+        pods.append(pod["metadata"]["name"])
+    nodes = bound(cluster, namespace, pods)
+    stored = cluster.api("GET", f"/api/v1/namespaces/{namespace}/pods/{pods[0]}")
+    assert "gpu-type" not in stored["spec"]["nodeSelector"], stored["spec"]["nodeSelector"]
+    for node in nodes.values():
+        labels = next(n for n in cluster.nodes if n["metadata"]["name"] == node)["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in stored["spec"]["nodeSelector"].items()), (node, labels)
 
 
 @pytest.mark.e2e

@@ -62,6 +62,12 @@ class Context:
         classes = self.cluster.gpu_classes
         return classes.serving if classes is not None else self.rules.dra.serving
 
+    def nodes_of(self, model: GpuModel) -> TargetNodes | None:
+        """The nodes of ``model`` alone, never all GPU nodes; None when the cluster's nodes are not known or none of
+        them is of the model."""
+        nodes = self.cluster.nodes
+        return nodes.placement.get(model.name) if nodes is not None else None
+
     def target_of(self, model: GpuModel | None) -> TargetNodes | None:
         """The target nodes of a pod whose model is ``model`` (all GPU nodes when its model has none, or is not
         known); None when the cluster's nodes are not known (offline, no node watch)."""

@@ -342,14 +342,20 @@ def add_tolerations(ctx: _Context) -> None:
 
 
 def pin_model(ctx: _Context) -> None:
-    """A model named only by annotation gets the nodeSelector that makes the scheduler honour it."""
+    """A model named only by annotation gets the nodeSelector that makes the scheduler honour it, on a label its
+    nodes carry (`webhook.core.placement.model_pin`); where they carry none, nothing, and the pod is told."""
     model = ctx.profile.model
     if model is None or ctx.profile.is_mig or not ctx.profile.hints.gpu_model:
         return  # only ai-admission's own annotation names a model the scheduler would not otherwise honour
     if ctx.profile.pinned_model is not None:
         return  # a nodeSelector or required affinity already pins a model; never override it
-    key = ctx.settings.model_node_selector_key
-    ctx.edit.setdefault(("spec", "nodeSelector", key), model.label_value(key))
+    pin = placement.model_pin(ctx.context, model)
+    if pin is None:
+        ctx.warnings.append(f"the {model.name} named by annotation {names.GPU_MODEL} is not pinned: its nodes share "
+                            f"no label of the rules' modelKeys that names it, so the scheduler may place the pod on "
+                            f"another model; add a nodeSelector on a label its nodes carry")
+        return
+    ctx.edit.setdefault(("spec", "nodeSelector", pin[0]), pin[1])
 
 
 def _packing_key(ctx: _Context, fixed: str | None) -> str | None:

@@ -21,10 +21,11 @@ import json
 from typing import TYPE_CHECKING, Any, Mapping
 
 from . import podview
-from .rules import Accelerators, Rules
+from .rules import Accelerators, GpuModel, Rules
 from .view.targets import Level, TargetNodes
 
 if TYPE_CHECKING:
+    from .context import Context
     from .profile import Profile
 
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"  # Multus: the pod's secondary network attachments
@@ -139,3 +140,20 @@ def packing_key(target: TargetNodes | None, profile: Profile, fixed: str | None,
                        f"({pods} pods; the largest, by {broadest.key}, holds {broadest.largest})")
         return None
     return level.key
+
+
+def model_pin(context: Context, model: GpuModel) -> tuple[str, str] | None:
+    """The nodeSelector label that pins ``model``: where the node watch knows the model's nodes, a model key (the
+    rules' modelNodeSelectorKey first, then modelKeys) that every one of them carries with one value naming the
+    model (a key no node carries would leave the pod Pending for ever, with no word); offline, or where no node
+    of the model is known yet (an autoscaled pool), the rules' key and the catalog's value for it. None: the
+    model's nodes carry no such label."""
+    key = context.rules.mutation.model_node_selector_key
+    nodes = context.nodes_of(model)
+    if nodes is None:
+        return key, model.label_value(key)
+    for key, value in nodes.shared.items():
+        found = context.find_model(value)
+        if found is not None and found.name == model.name:
+            return key, value
+    return None

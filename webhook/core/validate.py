@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
-from . import names, podview
+from . import names, placement, podview
 from .backends.scheduling import backend_findings
 from .bypasses.paths import bypass_findings
 from .context import Context
@@ -35,10 +35,10 @@ def _vendor(profile: Profile) -> str | None:
 
 def model_fix(ctx: Context, vendor: str | None) -> str:
     model = models_of(ctx, vendor)[0]
-    key = ctx.rules.model_keys[0]
+    pin = placement.model_pin(ctx, model)  # with the node watch, a label the model's nodes carry
+    selector = f'nodeSelector "{pin[0]}: {pin[1]}" or ' if pin is not None else ""
     known = _cluster_models(ctx) or f'known {vendor + " " if vendor else ""}models: {known_models(ctx, vendor)}'
-    return (f'add nodeSelector "{key}: {model.label_value(key)}" or annotation '
-            f'"{names.GPU_MODEL}: {model.name}" ({known})')
+    return f'add {selector}annotation "{names.GPU_MODEL}: {model.name}" ({known})'
 
 
 # -- the cluster's nodes: the context's node catalog (webhook.core.view.node_catalog; None offline or with no node watch) --

@@ -42,6 +42,9 @@ class TargetNodes:
     fabric_evidence: str                        # where that was read, or why there is none
     resources: frozenset[str]                   # extended resources any of them offers
     distinct: Mapping[str, int] = field(default_factory=dict)  # label key -> distinct values among them
+    # the model keys (rules modelKeys and mutation.modelNodeSelectorKey) every one of them carries with one value:
+    # what a nodeSelector may pin the model by and still match them all
+    shared: Mapping[str, str] = field(default_factory=dict)
 
     def level(self, key: str) -> Level | None:
         if self.nvlink is not None and self.nvlink.key == key:
@@ -122,11 +125,14 @@ def target_nodes(members: list[NodeFacts], rules: Rules) -> TargetNodes:
     for node in members:
         for key, value in node.labels:
             distinct[key].add(value)
+    model_keys = (rules.mutation.model_node_selector_key, *rules.model_keys)
+    shared = {key: next(iter(distinct[key])) for key in model_keys
+              if len(distinct.get(key, ())) == 1 and all(node.label(key) is not None for node in members)}
     return TargetNodes(nodes=len(members), gpus=sum(node.accelerators for node in members),
                        key_set=best.name if best and levels else None, levels=levels, nvlink=nvlink,
                        taints=tuple(sorted(taints)), fabric=fabric, fabric_evidence=evidence,
                        resources=frozenset(r for node in members for r in node.resources),
-                       distinct={key: len(values) for key, values in distinct.items()})
+                       distinct={key: len(values) for key, values in distinct.items()}, shared=shared)
 
 
 def placement(nodes: Iterable[NodeFacts], model_of: Callable[[NodeFacts], str | None],
