@@ -48,6 +48,7 @@ class FakeKubeAPI:
         self._changed = threading.Condition()
         self.fail: dict[str, int] = {}  # plural -> status to answer its next list with (once)
         self.unserved: set[str] = set()  # plurals answered 404, as for a kind whose CRD is not installed
+        self.unserved_versions: set[str] = set()  # "group/version"s answered 404, as for an older peer's CRDs
         self.discovery: dict[str, dict[str, Any]] = {}  # a discovery path -> its document
         self.dropped: dict[str, list[tuple[str, ...]]] = {}  # plural -> paths dropped from what is created
         api = self
@@ -98,7 +99,7 @@ class FakeKubeAPI:
                 if not match:
                     return self._status(404, "NotFound", "unknown path")
                 plural, namespace, name = match["plural"], match["ns"] or "", match["name"] or ""
-                if plural in api.unserved:
+                if plural in api.unserved or f"{match['group']}/{match['version']}" in api.unserved_versions:
                     self._body()  # read, so that the connection's next request starts where it should
                     return self._status(404, "NotFound", "the server could not find the requested resource")
                 if self.command == "GET" and not name:

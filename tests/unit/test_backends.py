@@ -650,6 +650,44 @@ def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any
             services.stop()
 
 
+def test_the_queue_watch_reads_kueue_at_the_version_the_cluster_serves(tmp_path: Any) -> None:
+    """Kueue 0.13 serves v1beta1 only: the watch reads there (v1beta2 first, and again at each resync), so a
+    missing queue and a job over its queue's quota are still told; check --cluster reads the same way."""
+    import time
+
+    from tests.support.kubeapi import FakeKubeAPI
+    from webhook.cluster import client as kube
+    from webhook.cluster.informer import api_calls
+    from webhook.cluster.queues import QueueWatch, list_queues
+    from webhook.server.services import Services
+
+    rules = backend_rules("kueue", nodes=False)
+    kinds = rules.scheduler.backend.queue_kinds
+    assert {k.versions for k in kinds} == {("v1beta2", "v1beta1")}
+    with FakeKubeAPI() as api:
+        api.unserved_versions.add("kueue.x-k8s.io/v1beta2")
+        for obj in kueue_queues(16):
+            api.add("clusterqueues" if obj["kind"] == "ClusterQueue" else "localqueues", obj)
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        assert sorted(o["kind"] for o in list_queues(kube.client(kubeconfig), kinds)) == [
+            "ClusterQueue", "LocalQueue", "LocalQueue"]
+        watch = QueueWatch(kinds, api=lambda: api_calls(kubeconfig), resync=60)
+        services = Services.fixed(rules, queue_watch=watch)
+        watch.start()
+        try:
+            deadline = time.monotonic() + 15
+            while services.context.cluster.queues is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            queues = services.context.cluster.queues
+            assert queues is not None and queues.names("ml-team") == ["batch", "training"]
+            assert ("GET", "/apis/kueue.x-k8s.io/v1beta1/localqueues") in api.requests
+            assert all(w.status.error is None for w in watch.informers.values())
+            obj, _ = owner_mutated(course_job(), rules)
+            assert codes(judged(obj, services.context)) == ["gang-exceeds-quota"]
+        finally:
+            services.stop()
+
+
 def test_check_reads_the_queues_among_its_input(tmp_path: Any) -> None:
     import json
 

@@ -23,6 +23,7 @@ from . import client as kube
 
 log = logging.getLogger("ai_admission")
 GONE = 410
+NOT_FOUND = 404
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
 WATCH_SECONDS = 300  # one watch request at most this long (the API server ends it; the informer re-watches)
@@ -144,8 +145,12 @@ class Informer:
     resync: float = 300.0
     observer: Observer | None = None
     status: WatchStatus = field(default_factory=WatchStatus)
+    # the collection at older versions, tried in order where ``path`` answers 404 (a peer that serves an older
+    # API); at each resync ``path`` is tried first again, so an upgraded peer is followed
+    alternatives: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        self._preferred = self.path
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
 
@@ -175,9 +180,24 @@ class Informer:
                 self._stop.wait(min(backoff, self.resync))
                 backoff = min(backoff * 2, BACKOFF_MAX)
 
+    def _list(self, calls: Api) -> tuple[list[dict[str, Any]], str]:
+        """The list at the first of the paths the server serves (``path`` then the ``alternatives``); the watch
+        follows it."""
+        paths = (self._preferred, *self.alternatives)
+        for index, path in enumerate(paths):
+            try:
+                found = calls.list(path)
+            except Exception as exc:  # noqa: BLE001 - only a 404 with another path left is tried further
+                if getattr(exc, "status", None) == NOT_FOUND and index + 1 < len(paths):
+                    continue
+                raise
+            self.path = path
+            return found
+        raise AssertionError("unreachable: the last path's failure is raised")
+
     def sync(self, calls: Api) -> None:
         """One list, then watches from it until the resync is due (or the informer is stopped)."""
-        items, version = calls.list(self.path)
+        items, version = self._list(calls)
         self.store.replace(items)
         status = self.status
         status.synced, status.objects, status.resource_version, status.error = True, len(self.store), version, None

@@ -25,21 +25,30 @@ def _slim(kind: QueueKind) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return slim
 
 
-def path_of(kind: QueueKind) -> str:
-    return kube.collection(kind.group, kind.version, kind.resource)
+def path_of(kind: QueueKind, version: str | None = None) -> str:
+    return kube.collection(kind.group, version or kind.version, kind.resource)
+
+
+def paths_of(kind: QueueKind) -> tuple[str, ...]:
+    """The kind's collection at each version it may be served at, the preferred first (Kueue 0.13, which OpenShift
+    ships, serves only v1beta1; a watch of v1beta2 alone 404s at every resync and no queue check ever fires)."""
+    return tuple(path_of(kind, version) for version in kind.versions)
 
 
 def list_queues(api: Any, kinds: tuple[QueueKind, ...]) -> list[dict[str, Any]]:
-    """One list of each queue kind (``check --cluster``); a kind the cluster does not serve gives none."""
+    """One list of each queue kind (``check --cluster``), at the first version the cluster serves; a kind the
+    cluster does not serve at all gives none."""
     found: list[dict[str, Any]] = []
     for kind in kinds:
-        try:
-            items, _ = kube.list_items(api, path_of(kind))
-        except kube.KubeError as exc:
-            if exc.status == 404:
-                continue
-            raise
-        found += [_slim(kind)(item) for item in items]
+        for path in paths_of(kind):
+            try:
+                items, _ = kube.list_items(api, path)
+            except kube.KubeError as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            found += [_slim(kind)(item) for item in items]
+            break
     return found
 
 
@@ -55,7 +64,8 @@ class QueueWatch(InformerGroup):
         self.stores = {kind.kind: ObjectStore(_slim(kind), on_change=partial(self._changed, kind.kind))
                        for kind in kinds}
         self.informers = {kind.kind: Informer(kind.resource, path_of(kind), self.stores[kind.kind], api,
-                                              resync=resync, observer=observer) for kind in kinds}
+                                              resync=resync, observer=observer, alternatives=paths_of(kind)[1:])
+                          for kind in kinds}
 
     @property
     def listed(self) -> bool:

@@ -59,6 +59,12 @@ class QueueKind:
     kind: str
     resource: str
     namespaced: bool
+    older_versions: tuple[str, ...] = ()  # read where the cluster does not serve ``version`` (newest first)
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every version the kind may be read at, the preferred first."""
+        return (self.version, *self.older_versions)
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,9 @@ def compile_scheduler(spec: Mapping[str, Any] | None) -> SchedulerRules:
         queues=dict(chosen.get("queues") or {}), priority_classes=dict(chosen.get("priorityClasses") or {}),
         topology_name=chosen.get("topologyName"),
         queue_kinds=tuple(QueueKind(group=q["group"], version=q["version"], kind=q["kind"], resource=q["resource"],
-                                    namespaced=bool(q.get("namespaced", False))) for q in chosen.get("queueKinds") or ()),
+                                    namespaced=bool(q.get("namespaced", False)),
+                                    older_versions=tuple(q.get("olderVersions") or ()))
+                          for q in chosen.get("queueKinds") or ()),
         source=chosen.get("source", ""))
     return SchedulerRules(backend=backend, known=("default", *sorted(backends)),
                           own_scheduler=dict(spec.get("ownScheduler") or {}))
