@@ -86,6 +86,14 @@ KUEUE = [
                                     "name": {"type": "string"}, "nominalQuota": QUANTITY,
                                     "borrowingLimit": QUANTITY, "lendingLimit": QUANTITY}}}}}}}}}}}),
         ["cq"]),
+    # kueue apis/kueue/v1beta2/resourceflavor_types.go: nodeLabels, nodeTaints, tolerations, topologyName
+    crd("kueue.x-k8s.io", "v1beta2", "ResourceFlavor", "resourceflavors", "Cluster", _object({
+        "type": "object", "properties": {
+            "nodeLabels": {"type": "object", "maxProperties": 8, "additionalProperties": {"type": "string"}},
+            "nodeTaints": {"type": "array", "maxItems": 8, "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            "tolerations": {"type": "array", "maxItems": 8, "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            "topologyName": {"type": "string"}}}),
+        ["rf"]),
     crd("kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", "Cluster", {
         "type": "object", "required": ["value"], "properties": {
             "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": META,

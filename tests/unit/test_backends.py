@@ -424,6 +424,14 @@ def cluster_queue(name: str, gpus: int, *, borrowing: int | None = None, cohort:
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
 
 
+def resource_flavor(name: str, topology: str | None = None) -> dict[str, Any]:
+    """A ResourceFlavor as Kueue's site/static/examples/tas/sample-queues.yaml has it (topologyName: TAS)."""
+    spec: dict[str, Any] = {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}}
+    if topology:
+        spec["topologyName"] = topology
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+
+
 def kueue_queues(gpus: int = 64, **kwargs: Any) -> list[dict[str, Any]]:
     return [local_queue("training", "gpu-cq"), local_queue("batch", "gpu-cq"), cluster_queue("gpu-cq", gpus, **kwargs)]
 
@@ -611,7 +619,9 @@ def test_the_queue_watch_hands_the_queues_over_only_when_every_kind_is_listed() 
     watch.stores["ClusterQueue"].replace([cluster_queue("gpu-cq", 64)])
     assert heard == []
     watch.stores["LocalQueue"].replace([local_queue("training", "gpu-cq")])
-    assert [sorted(o["kind"] for o in objects) for objects in heard] == [["ClusterQueue", "LocalQueue"]]
+    assert heard == []
+    watch.stores["ResourceFlavor"].replace([resource_flavor("h100")])
+    assert [sorted(o["kind"] for o in objects) for objects in heard] == [["ClusterQueue", "LocalQueue", "ResourceFlavor"]]
 
 
 def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any) -> None:
@@ -744,3 +754,55 @@ def test_the_mutating_configuration_sorts_before_the_queueing_schedulers_webhook
               "volcano-admission-service-pods-mutate", "volcano-admission-service-podgroups-mutate",
               "kai-admission", "scheduler-plugins-webhook"]
     assert sorted([ours, *theirs])[0] == ours
+
+
+# -- Kueue as it is installed: the queues there are, the flavors' topology, the owner Kueue reads ----------------
+
+NOTES_OF = ("metadata", "annotations")
+
+
+def test_a_class_queue_the_namespace_lacks_is_not_written_and_kueue_s_default_decides() -> None:
+    """A namespace whose only LocalQueue is "default": writing "training" would leave the job "Inadmissible:
+    LocalQueue training doesn't exist" and turn off Kueue's own defaulting; nothing is written and it is said."""
+    objects = [local_queue("default", "gpu-cq"), cluster_queue("gpu-cq", 64)]
+    obj, verdict = owner_mutated(course_job(), with_queues(backend_rules("kueue"), objects, source="the cluster"))
+    assert "kueue.x-k8s.io/queue-name" not in obj["metadata"].get("labels", {})
+    assert "suspend" not in obj["spec"]  # Kueue suspends what it queues, itself
+    assert verdict is not None and any(w.startswith(
+        'no queue name written: kueue LocalQueue "training" (scheduler.backends.kueue.queues.training) does not exist '
+        'in namespace "ml-team"') and w.endswith("there: default") for w in verdict.warnings), verdict.warnings
+    # where the queue exists it is written, and where the queues are not known, as before
+    present, _ = owner_mutated(course_job(), with_queues(backend_rules("kueue"), kueue_queues(), source="the cluster"))
+    assert present["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+    unknown, _ = owner_mutated(course_job(), backend_rules("kueue"))
+    assert unknown["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+
+
+@pytest.mark.parametrize("topology", [None, "gke-default"], ids=["ordinary-flavor", "tas-flavor"])
+def test_the_topology_request_is_written_only_for_a_queue_whose_flavors_have_a_topology(topology: str | None) -> None:
+    """On an ordinary flavor Kueue's TAS never admits a job that asks for a podset topology ("Flavor default does
+    not support TopologyAwareScheduling"); on a flavor with a Topology it places the job from its templates, which
+    then tolerate the GPU nodes' taints."""
+    objects = [*kueue_queues(), resource_flavor("h100", topology)]
+    obj, verdict = owner_mutated(course_job(), with_queues(backend_rules("kueue"), objects, source="the cluster"))
+    assert verdict is not None
+    worker = at(obj, *ROLES[1])
+    notes = at(worker, *NOTES_OF) or {}
+    if topology is None:
+        assert "kueue.x-k8s.io/podset-preferred-topology" not in notes
+        assert any(w.startswith('no topology request written for kueue: ClusterQueue "gpu-cq" has no flavor with a '
+                                'Topology') for w in verdict.warnings), verdict.warnings
+    else:
+        assert notes["kueue.x-k8s.io/podset-preferred-topology"] == BLOCK
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in worker["spec"]["tolerations"]
+
+
+def test_the_jobs_of_a_jobset_get_no_kueue_words() -> None:
+    """Kueue queues the JobSet and makes no Workload of its Jobs: words on them are noise."""
+    job = owners.batch_job()
+    job["metadata"]["ownerReferences"] = [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
+                                           "uid": "u-js", "controller": True, "blockOwnerDeletion": True}]
+    obj, verdict = owner_mutated(job, backend_rules("kueue"))
+    assert verdict is None and obj == job
+    alone, _ = owner_mutated(owners.batch_job(), backend_rules("kueue"))
+    assert alone["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "batch"

@@ -91,6 +91,8 @@ def test_a_queue_watch_that_has_not_listed_every_kind_merges_nothing(kueue: Rule
     services = Services.fixed(kueue, queue_watch=watch)
     assert services.context.cluster.queues is None
     watch.stores["ClusterQueue"].replace(kueue_queues()[2:])
+    assert services.context.cluster.queues is None
+    watch.stores["ResourceFlavor"].replace([])  # listed, and none there: every kind is in
     assert services.context.cluster.queues is not None
 
 

@@ -303,42 +303,13 @@ def set_priority(ctx: _Context) -> None:
         ctx.edit.set(("spec", "preemptionPolicy"), priority.preemption_policy)
 
 
-def _covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Whether toleration ``existing`` already tolerates every taint ``wanted`` does."""
-    effect = existing.get("effect") or ""
-    if effect and effect != (wanted.get("effect") or ""):
-        return False
-    if (existing.get("operator") or "Equal") == "Exists":
-        return not existing.get("key") or existing.get("key") == wanted.get("key")
-    return (existing.get("key") == wanted.get("key") and (existing.get("value") or "") == (wanted.get("value") or "")
-            and (wanted.get("operator") or "Equal") == "Equal")
-
-
-def _gpu_tolerations(ctx: _Context) -> list[Mapping[str, Any]]:
-    """The GPU taints of the pod's nodes, tolerated: where the node watch knows them, exactly those its target nodes
-    carry; else the taints named after the accelerator resources it asks for (what Kubernetes'
-    ExtendedResourceToleration plugin adds; a DRA claim's GPUs: its device class's taint)."""
-    profile = ctx.profile
-    target = ctx.target
-    if target is None:
-        claimed = profile.claimed
-        keys = claimed.toleration_keys(profile.gpus) if claimed is not None else sorted(profile.gpus)
-        return [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
-    return placement.target_tolerations(target, ctx.context.accelerators, ctx.rules)
-
-
 def add_tolerations(ctx: _Context) -> None:
     """The GPU taints of the pod's nodes and the class's pool taints, tolerated (a toleration already covered by
     one the pod has is not added)."""
-    wanted: list[Mapping[str, Any]] = _gpu_tolerations(ctx) if ctx.settings.gpu_tolerations else []
+    wanted: list[Mapping[str, Any]] = (placement.gpu_tolerations(ctx.profile, ctx.context, ctx.target)
+                                       if ctx.settings.gpu_tolerations else [])
     wanted += ctx.plan.tolerations
-    present: list[Mapping[str, Any]] = [t for t in podview.as_list(ctx.spec.get("tolerations")) if isinstance(t, dict)]
-    added: list[dict[str, Any]] = []
-    for toleration in wanted:
-        if not any(_covers(e, toleration) for e in present):
-            added.append(dict(toleration))
-            present.append(toleration)
-    ctx.edit.extend(("spec", "tolerations"), added)
+    ctx.edit.extend(("spec", "tolerations"), placement.uncovered(ctx.spec.get("tolerations"), wanted))
 
 
 def pin_model(ctx: _Context) -> None:

@@ -157,3 +157,37 @@ def model_pin(context: Context, model: GpuModel) -> tuple[str, str] | None:
         if found is not None and found.name == model.name:
             return key, value
     return None
+
+
+def covers(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether toleration ``existing`` already tolerates every taint ``wanted`` does."""
+    effect = existing.get("effect") or ""
+    if effect and effect != (wanted.get("effect") or ""):
+        return False
+    if (existing.get("operator") or "Equal") == "Exists":
+        return not existing.get("key") or existing.get("key") == wanted.get("key")
+    return (existing.get("key") == wanted.get("key") and (existing.get("value") or "") == (wanted.get("value") or "")
+            and (wanted.get("operator") or "Equal") == "Equal")
+
+
+def uncovered(present: Any, wanted: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Of ``wanted``, the tolerations none of ``present`` (a pod spec's ``tolerations``) nor an earlier one
+    covers, in order."""
+    have: list[Mapping[str, Any]] = [t for t in podview.as_list(present) if isinstance(t, dict)]
+    added: list[dict[str, Any]] = []
+    for toleration in wanted:
+        if not any(covers(e, toleration) for e in have):
+            added.append(dict(toleration))
+            have.append(toleration)
+    return added
+
+
+def gpu_tolerations(profile: Profile, context: Context, target: TargetNodes | None) -> list[Mapping[str, Any]]:
+    """The GPU taints of the pod's nodes, tolerated: where the node watch knows them, exactly those its target nodes
+    carry; else the taints named after the accelerator resources it asks for (what Kubernetes'
+    ExtendedResourceToleration plugin adds; a DRA claim's GPUs: its device class's taint)."""
+    if target is None:
+        claimed = profile.claimed
+        keys = claimed.toleration_keys(profile.gpus) if claimed is not None else sorted(profile.gpus)
+        return [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in keys]
+    return target_tolerations(target, context.accelerators, context.rules)

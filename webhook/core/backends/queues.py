@@ -7,7 +7,9 @@ it, with a message about queue states). What each backend's objects say (sources
 
 - Kueue: a ``LocalQueue`` (namespaced) points to a ``ClusterQueue``, whose ``resourceGroups[].flavors[].resources``
   give each GPU resource's ``nominalQuota`` and ``borrowingLimit`` (no limit: borrowing from the cohort is
-  unlimited). A gang can never get more than the sum over flavors, so only a gang above it is denied.
+  unlimited). A gang can never get more than the sum over flavors, so only a gang above it is denied. A
+  ``ResourceFlavor`` with a ``topologyName`` is one topology-aware scheduling places by: a ClusterQueue none of
+  whose flavors has one can never admit a job that asks for a podset topology.
 - KAI-Scheduler: a ``Queue``'s ``spec.resources.gpu.quota`` (what non-preemptible work may use; -1 unlimited) and
   ``limit`` (the cap for any work; -1 or unset: none).
 - Volcano: a ``Queue``'s ``spec.capability`` (the cap) and ``status.state`` (only an ``Open`` queue takes jobs).
@@ -33,6 +35,9 @@ class Queue:
     gpu_quota: Decimal | None = None    # KAI: what non-preemptible work may use (None: unlimited or unknown)
     open: bool = True
     detail: str = ""                    # how the limit was read, for messages
+    # Kueue: whether a flavor of its ClusterQueue has a Topology (topology-aware scheduling can place a job by a
+    # level there; on an ordinary flavor a podset topology request leaves the job never admitted); None: not known
+    topology: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,15 @@ def _amount(value: Any) -> Decimal | None:
 
 def _kueue(objects: list[Mapping[str, Any]], is_gpu: Callable[[str], bool]) -> QueueIndex:
     limits: dict[str, tuple[Decimal | None, str]] = {}
+    flavors = {str(podview.metadata(f).get("name", "")): bool(podview.as_dict(f.get("spec")).get("topologyName"))
+               for f in objects if f.get("kind") == "ResourceFlavor"}
+    topology: dict[str, bool | None] = {}
     for cq in (o for o in objects if o.get("kind") == "ClusterQueue"):
         spec = podview.as_dict(cq.get("spec"))
+        named = [str(podview.as_dict(f).get("name", "")) for g in podview.as_list(spec.get("resourceGroups"))
+                 for f in podview.as_list(podview.as_dict(g).get("flavors"))]
+        topology[str(podview.metadata(cq).get("name", ""))] = (
+            any(flavors.get(n, False) for n in named) if flavors and all(n in flavors for n in named) else None)
         cohort = spec.get("cohortName") or spec.get("cohort")
         total = Decimal(0)
         unlimited = False
@@ -91,7 +103,8 @@ def _kueue(objects: list[Mapping[str, Any]], is_gpu: Callable[[str], bool]) -> Q
         cluster_queue = str(podview.as_dict(lq.get("spec")).get("clusterQueue") or "")
         limit, detail = limits.get(cluster_queue, (None, f'ClusterQueue "{cluster_queue}" (not seen)'))
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        queues[key] = Queue(name=key[1], namespace=key[0], gpu_limit=limit, detail=detail)
+        queues[key] = Queue(name=key[1], namespace=key[0], gpu_limit=limit, detail=detail,
+                            topology=topology.get(cluster_queue))
     return QueueIndex(kind="LocalQueue", namespaced=True, queues=queues)
 
 

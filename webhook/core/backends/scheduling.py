@@ -17,15 +17,14 @@ effects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from .. import podview
+from .. import placement, podview
 from ..context import Context
 from ..findings import Finding, deny, warn
 from ..patch import Editor, Path
-from ..placement import packing_key
 from ..profile import Profile, build_profile
 from ..workloads.templates import BUILT, POD_SPEC, Template, dig
 from .rules import Backend, Write
@@ -63,6 +62,7 @@ class _Job:
     name: str
     pods: int
     multi_node: bool
+    queue: str | None = None  # the queue the workload names, once its queue write is done (Kueue's topology reads it)
 
 
 def _job_of(profiles: list[Profile], name: str, pods: int) -> _Job | None:
@@ -83,7 +83,8 @@ def _value(write: Write, backend: Backend, job: _Job, ctx: Context, warnings: li
         if queue is None:
             warnings.append(f"no {backend.name} queue for class {job.workload} (scheduler.backends.{backend.name}"
                             f".queues): the workload names none, so {backend.name} does not admit it")
-        return queue, False
+            return None, False
+        return (queue if _queue_exists(queue, backend, job, ctx, warnings) else None), False
     if intent == "priorityClass":
         policy = ctx.rules.classes.get(job.workload)
         chosen = policy.priority_for(job.profile.preemptible) if policy else None  # the pods' own answer
@@ -96,9 +97,9 @@ def _value(write: Write, backend: Backend, job: _Job, ctx: Context, warnings: li
     if intent == "topology":
         policy = ctx.rules.classes.get(job.workload)
         plan = policy.mutate.pod_affinity if policy else None
-        if plan is None or not job.multi_node:
+        if plan is None or not job.multi_node or not _queue_places_by_topology(backend, job, ctx, warnings):
             return None, False
-        return packing_key(ctx.target_of(job.profile.model), job.profile, plan.topology_key, warnings), plan.required
+        return placement.packing_key(ctx.target_of(job.profile.model), job.profile, plan.topology_key, warnings), plan.required
     if intent == "topologyName":
         return (backend.topology_name if job.multi_node else None), False
     if intent == "podGroup":
@@ -112,6 +113,41 @@ def _value(write: Write, backend: Backend, job: _Job, ctx: Context, warnings: li
     if intent == "minMember":
         return (str(job.pods) if job.multi_node and job.pods > 1 else None), False
     return write.value, False
+
+
+def _namespace(job: _Job) -> str:
+    return str(job.profile.facts.metadata.get("namespace") or "")
+
+
+def _queue_exists(queue: str, backend: Backend, job: _Job, ctx: Context, warnings: list[str]) -> bool:
+    """Whether the class's queue may be written: yes where the cluster's queues are not known; where they are, only
+    if it exists. A queue name that does not exist leaves the workload never admitted, and with Kueue it also turns
+    off Kueue's own defaulting (a LocalQueue named "default" takes a job that names none): nothing is written and
+    the workload is told."""
+    queues = ctx.cluster.queues
+    namespace = _namespace(job)
+    if queues is None or (queues.namespaced and not namespace) or queues.find(queue, namespace) is not None:
+        return True
+    where = f' in namespace "{namespace}"' if queues.namespaced else ""
+    known = ", ".join(queues.names(namespace)) or "none"
+    warnings.append(f'no queue name written: {backend.name} {queues.kind} "{queue}" (scheduler.backends.{backend.name}'
+                    f".queues.{job.workload}) does not exist{where}, so {backend.name}'s own default decides; "
+                    f"there: {known}")
+    return False
+
+
+def _queue_places_by_topology(backend: Backend, job: _Job, ctx: Context, warnings: list[str]) -> bool:
+    """Whether a topology request may be written for the workload's queue: not where the cluster's queues say that
+    its ClusterQueue has no flavor with a Topology (Kueue would never admit it: "Flavor ... does not support
+    TopologyAwareScheduling"); its pods are still packed by the class's pod affinity."""
+    queues = ctx.cluster.queues
+    found = queues.find(job.queue, _namespace(job)) if queues is not None and job.queue else None
+    if found is None or found.topology is not False:
+        return True
+    warnings.append(f"no topology request written for {backend.name}: {found.detail.partition(':')[0]} has no "
+                    f"flavor with a Topology (topology-aware scheduling), which would leave the job never admitted; "
+                    f"its pods are packed by pod affinity instead")
+    return False
 
 
 def _apply(editor: Editor, base: Path, write: Write, value: Any, required: bool, *, spec_base: Path | None) -> bool:
@@ -143,6 +179,30 @@ def _apply(editor: Editor, base: Path, write: Write, value: Any, required: bool,
     return False
 
 
+def _tolerate_in_template(editor: Editor, base: Path, profile: Profile, ctx: Context) -> None:
+    """The GPU taints of the job's nodes tolerated in a template that asks for a topology: a topology-aware queue
+    (Kueue's TAS) places the job from its templates, before any pod exists, and leaves it unplaced where the
+    template does not tolerate the nodes' taints (the pods would get the tolerations only at their CREATE)."""
+    wanted = placement.gpu_tolerations(profile, ctx, ctx.target_of(profile.model)) if ctx.rules.mutation.gpu_tolerations \
+        else []
+    added = placement.uncovered(editor.get((*base, "spec", "tolerations")), wanted)
+    if added:
+        editor.extend((*base, "spec", "tolerations"), added)
+
+
+def _queued_owner(obj: Mapping[str, Any], backend: Backend) -> Mapping[str, Any] | None:
+    """The controller of ``obj`` when the backend writes its words on that kind of owner (a JobSet's Jobs: Kueue
+    queues the JobSet and makes no Workload of its Jobs, so words on them are noise)."""
+    for owner in podview.owners(obj):
+        if not owner.get("controller"):
+            continue
+        group, kind = str(owner.get("apiVersion", "")).rpartition("/")[0], str(owner.get("kind", ""))
+        # only a kind the backend names: one whose words reach every kind (KAI reads the top owner) says nothing
+        if any(w.intent == "queue" and w.kinds and w.applies_to(group, kind) for w in backend.writes_on("owner", group, kind)):
+            return owner
+    return None
+
+
 def _trial_owned(obj: Mapping[str, Any]) -> bool:
     """A Katib trial's own object (its Job or PyTorchJob), created by the trial controller: class hpo."""
     return any(o.get("kind") == "Trial" for o in podview.owners(obj))
@@ -160,6 +220,9 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
         result.warnings.append(f"{kind} ({group}) is always scheduled by {elsewhere}, not {backend.name}: no "
                                f"{backend.name} queue, priority or gang is written on it (scheduler.ownScheduler)")
         return result
+    parent = _queued_owner(obj, backend)
+    if parent is not None:
+        return result  # the owner is the workload the backend reads (a JobSet's Jobs): its words are there
     pods = [dict(t.pod) for t in templates]
     if _trial_owned(obj):
         for pod in pods:
@@ -186,9 +249,11 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
             queued = True
     template_writes = backend.writes_on("template", group, kind)
     runtime_patch: dict[str, Any] = {}
+    queue = _queue_of(editor.doc, [], backend, group, kind)
     for template, profile in zip(templates, profiles, strict=True):
         pod_job = _Job(workload=job.workload, profile=profile if profile.gpu_count else job.profile, name=job.name,
-                       pods=job.pods, multi_node=job.multi_node)
+                       pods=job.pods, multi_node=job.multi_node,
+                       queue=queue or _queue_of({}, [template.pod], backend, group, kind))
         for write in template_writes:
             if write.multi_node_only and not job.multi_node:
                 continue
@@ -208,7 +273,9 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
                 _apply(editor, (), write, value, required, spec_base=parse_path(template.path))
             else:
                 base = parse_path(template.path)
-                _apply(editor, base, write, value, required, spec_base=(*base, "spec"))
+                if _apply(editor, base, write, value, required, spec_base=(*base, "spec")) and \
+                        write.intent == "topology" and profile.gpu_count:
+                    _tolerate_in_template(editor, base, profile, ctx)
     if runtime_patch:
         _add_runtime_patch(editor, runtime_patch)
     result.patch = editor.ops
@@ -263,6 +330,8 @@ def pod_writes(pod: Mapping[str, Any], profile: Profile, ctx: Context, editor: E
             continue
         if write.intent == "podGroup" and not job.name:
             continue
+        if write.intent == "topology":
+            job = replace(job, queue=_queue_of(editor.doc, [editor.doc], backend, "", "Pod"))
         value, required = _value(write, backend, job, ctx, warnings)
         if value is not None:
             _apply(editor, (), write, value, required, spec_base=("spec",))

@@ -1,7 +1,7 @@
 """The GPU tolerations a pod lacks (`webhook.core.mutate.add_tolerations`), and the JSON Patch that adds them.
 
 A wanted toleration is a CEL list ``[key, operator, value, effect]``; it is missing where no toleration of the
-pod covers it (`webhook.core.mutate._covers`). They are added as the webhook adds them, after the pod's own, as
+pod covers it (`webhook.core.placement.covers`). They are added as the webhook adds them, after the pod's own, as
 plain maps (never typed objects in a JSON Patch value), with no empty field (the typed pod drops them).
 """
 
@@ -19,7 +19,7 @@ PER_ACCELERATOR = "variables.asked.sort().map(n, [string(n), 'Exists', '', 'NoSc
 
 def missing_tolerations(wanted: str) -> str:
     """The tolerations of ``wanted`` (a CEL list of [key, operator, value, effect]) that no toleration of the pod
-    covers (`webhook.core.mutate._covers`)."""
+    covers (`webhook.core.placement.covers`)."""
     covers = ("object.spec.?tolerations.orValue([]).exists(e, "
               "(e.?effect.orValue('') == '' || e.?effect.orValue('') == w[3]) && "
               "(e.?operator.orValue('') == 'Exists' ? (e.?key.orValue('') == '' || e.?key.orValue('') == w[0]) : "
