@@ -51,7 +51,8 @@ def cluster(tmp_path: Path) -> Any:
 def test_missing_priority_class_is_not_set(cluster: Any) -> None:
     api, server = cluster
     eventually(lambda: all_workers_checked(server))
-    assert server.get("/readyz").json()["cluster"]["missingPriorityClasses"] == ["ai-batch", "ai-hpo"]
+    assert server.get("/readyz").json()["cluster"]["missingPriorityClasses"] == [
+        "ai-batch", "ai-batch-protected", "ai-hpo", "ai-inference-preemptible", "ai-training-preemptible"]
     name, warnings = mutated_class(server, GPU_POD)
     assert name is None
     assert any('PriorityClass "ai-batch" does not exist in this cluster' in w for w in warnings)
