@@ -120,7 +120,8 @@ def test_the_kinds_grouped_are_the_training_kinds_of_the_table() -> None:
     """Each job kind is in the kinds table; those whose operator makes the pods own them there (the pods' owner is
     the job); a Job is the Job controller's to group."""
     assert {("kubeflow.org", k) for k in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")} \
-        | {("batch.volcano.sh", "Job"), ("ray.io", "RayCluster"), ("jobset.x-k8s.io", "JobSet")} == groups.JOB_KINDS
+        | {("batch.volcano.sh", "Job"), ("ray.io", "RayCluster"), ("jobset.x-k8s.io", "JobSet"),
+           ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")} == groups.JOB_KINDS
     assert ("batch", "Job") not in groups.JOB_KINDS
     for group, kind in groups.OWNED_KINDS:
         sites = KINDS[(group, kind)].sites

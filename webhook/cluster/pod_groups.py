@@ -185,6 +185,14 @@ def slim_pod(obj: dict[str, Any]) -> dict[str, Any]:
 STALL_SECONDS = 120.0  # a gang short of its count this long, with no pod bound and none arriving, is recounted
 
 
+def _with_uid(job: JobRef, found: Mapping[str, Any] | None) -> JobRef:
+    """``job`` with the uid of the object read (the group's owner reference needs one; a LeaderWorkerSet's pods
+    do not carry it)."""
+    if job.uid or found is None:
+        return job
+    return dataclasses.replace(job, uid=str(podview.metadata(found).get("uid") or ""))
+
+
 class PodGroupController(Poller):
     """Makes the groups the pods name (see the module docstring); ``made`` counts the groups it created and
     ``recounted`` the gangs it made again with the pods that came (a job whose count was not what its pods were)."""
@@ -302,6 +310,7 @@ class PodGroupController(Poller):
         found = kube.get(self._api, f"{collection}/{name}")
         current = self._job(namespace, job)
         counted = self._plan(current, api_info) if current is not None else None
+        job = _with_uid(job, current)
         plan = dataclasses.replace(counted or GroupPlan(min_count=None), min_count=waiting)
         if found is not None:
             kube.request(self._api, "DELETE", f"{collection}/{name}")
@@ -323,7 +332,8 @@ class PodGroupController(Poller):
             return None
         found = self._job(namespace, job)
         plan = self._plan(found, api_info) if found is not None else None
-        if plan is None:  # the job is gone, or has no pod we group: its pods are scheduled as without a group
+        job = _with_uid(job, found)
+        if plan is None or not job.uid:  # the job is gone, or has no pod we group: scheduled as without a group
             plan = BASIC
             log.warning(json.dumps({"msg": "a PodGroup made with the basic policy: its job's count is not known",
                                     "podGroup": f"{namespace}/{name}", "job": f"{job.kind}/{job.name}"}))
@@ -348,8 +358,8 @@ class PodGroupController(Poller):
         if entry is None:
             return None
         found = kube.get(self._api, f"/apis/{job.api_version}/namespaces/{namespace}/{entry.resource}/{job.name}")
-        if found is None or podview.metadata(found).get("uid") != job.uid:
-            return None
+        if found is None or (job.uid and podview.metadata(found).get("uid") != job.uid):
+            return None  # where the pods name no uid (a LeaderWorkerSet's), the set of that name is theirs
         return dict(found)
 
     def _plan(self, job: Mapping[str, Any], api_info: PodGroupApi) -> GroupPlan | None:

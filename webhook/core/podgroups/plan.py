@@ -9,7 +9,8 @@ Two makers, never both for one pod:
   PodGroup's spec is immutable in v1alpha2, so that is the one chance.
 - **ai-admission's group controller** (`webhook.cluster.pod_groups`) makes the group of a job of the other
   training kinds (`JOB_KINDS`: the owners whose operator creates the pods, and JobSets, whose pods are their
-  Jobs' and name the JobSet by label), owned by the job, with ``minCount`` the pods that join it as the job's
+  Jobs' and name the JobSet by label) and of each group of a LeaderWorkerSet (multi-node serving), owned by the
+  job, with ``minCount`` the pods that join it as the job's
   templates count them (`joining_pods`); /mutate names it on each multi-node GPU pod of such a job (`join_group`),
   by a name derived from the job alone (`group_name`), so the pod and the controller agree without asking each
   other.
@@ -47,7 +48,8 @@ class JobRef:
     api_version: str
     kind: str
     name: str
-    uid: str
+    uid: str       # "" where the pods do not carry it (a LeaderWorkerSet's): the controller reads it from the job
+    part: str = ""  # one group of the job's pods, where a job has several (a LeaderWorkerSet's group index)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -81,7 +83,14 @@ OWNED_KINDS: frozenset[tuple[str, str]] = frozenset({
 LABELLED_KINDS: tuple[Labelled, ...] = (
     Labelled("jobset.x-k8s.io/v1alpha2", "JobSet", "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid"),
 )
-JOB_KINDS: frozenset[tuple[str, str]] = OWNED_KINDS | {(group_of(k.api_version), k.kind) for k in LABELLED_KINDS}
+# A LeaderWorkerSet's pods are its groups' (kubernetes-sigs/lws pkg/controllers: the leader StatefulSet makes each
+# group's leader, a StatefulSet per leader its workers; every pod is labelled with the set's name and its group's
+# index): each group, leader and workers, is served by all of them at once, so each is a gang of its own.
+LWS = ("leaderworkerset.x-k8s.io", "LeaderWorkerSet")
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+JOB_KINDS: frozenset[tuple[str, str]] = OWNED_KINDS | {(group_of(k.api_version), k.kind) for k in LABELLED_KINDS} | {LWS}
 
 
 def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -98,12 +107,14 @@ def job_of(pod: Mapping[str, Any]) -> JobRef | None:
     api_version, kind = str(owner.get("apiVersion") or ""), str(owner.get("kind") or "")
     if (group_of(api_version), kind) in OWNED_KINDS:
         return JobRef(api_version, kind, str(owner.get("name") or ""), str(owner.get("uid") or ""))
+    labels = podview.labels(pod)
     if (group_of(api_version), kind) == JOB:
-        labels = podview.labels(pod)
         for labelled in LABELLED_KINDS:
             name, uid = labels.get(labelled.name_label), labels.get(labelled.uid_label)
             if name and uid:
                 return JobRef(labelled.api_version, labelled.kind, name, uid)
+    if (group_of(api_version), kind) == ("apps", "StatefulSet") and labels.get(LWS_NAME) and labels.get(LWS_GROUP):
+        return JobRef(LWS_API_VERSION, LWS[1], labels[LWS_NAME], "", part=labels[LWS_GROUP])
     return None
 
 
@@ -111,7 +122,11 @@ def group_name(job: JobRef) -> str:
     """The group of a job's pods: its name (cut) and a digest of its uid, a DNS subdomain and a label value
     (the pods carry it as `POD_GROUP_LABEL`). From the job alone, so /mutate and the controller derive the same."""
     name = job.name.lower()[:NAME_LIMIT].rstrip("-.") or "job"
-    digest = hashlib.sha256(f"{job.kind}/{job.uid or job.name}".encode()).hexdigest()[:10]
+    if job.part:  # one of the job's groups: named for it too
+        name = f"{name[:NAME_LIMIT - len(job.part) - 1]}-{job.part}".lower()
+        digest = hashlib.sha256(f"{job.kind}/{job.name}/{job.part}".encode()).hexdigest()[:10]
+    else:
+        digest = hashlib.sha256(f"{job.kind}/{job.uid or job.name}".encode()).hexdigest()[:10]
     return f"{name}-gang-{digest}"
 
 
@@ -241,7 +256,8 @@ def podgroup_body(api: PodGroupApi, *, name: str, namespace: str, job: JobRef, p
     return {"apiVersion": api.api_version, "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace,
                          "labels": {MANAGED_BY_LABEL: MANAGED_BY, POD_GROUP_LABEL: name},
-                         "ownerReferences": [job.reference()]},
+                         # no owner where its uid could not be read (the job is gone): nothing to be deleted with
+                         **({"ownerReferences": [job.reference()]} if job.uid else {})},
             "spec": group_spec(api, plan)}
 
 
