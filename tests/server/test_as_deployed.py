@@ -80,6 +80,12 @@ def queues(backend: str) -> list[dict[str, Any]]:
                           "flavors": [{"name": "h100", "resources": [
                               {"name": "cpu", "nominalQuota": 1536}, {"name": "memory", "nominalQuota": "14Ti"},
                               {"name": "nvidia.com/gpu", "nominalQuota": 64}]}]}]}})
+        # Kueue's site/static/examples/admin/single-clusterqueue-setup.yaml, and a WorkloadPriorityClass per class
+        found.append({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100"},
+                      "spec": {"nodeLabels": {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}}})
+        found += [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                   "metadata": {"name": f"ai-{name}"}, "value": 100000 if name in ("training", "inference") else 1000}
+                  for name in classes]
         return found
     if backend == "kai":
         return [kai_queue("research", parent=None), *(kai_queue(name) for name in classes)]
@@ -117,7 +123,8 @@ DEVICE_CLASS = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "meta
 def plural(obj: dict[str, Any]) -> str:
     return {"Node": "nodes", "PriorityClass": "priorityclasses", "DeviceClass": "deviceclasses",
             "LocalQueue": "localqueues", "ClusterQueue": "clusterqueues", "Queue": "queues",
-            "PodGroup": "podgroups"}[obj["kind"]]
+            "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
+            "WorkloadPriorityClass": "workloadpriorityclasses"}[obj["kind"]]
 
 
 def serve(api: FakeKubeAPI, objects: list[dict[str, Any]]) -> None:

@@ -621,6 +621,8 @@ def test_the_queue_watch_hands_the_queues_over_only_when_every_kind_is_listed() 
     watch.stores["LocalQueue"].replace([local_queue("training", "gpu-cq")])
     assert heard == []
     watch.stores["ResourceFlavor"].replace([resource_flavor("h100")])
+    assert heard == []
+    watch.stores["WorkloadPriorityClass"].replace([])
     assert [sorted(o["kind"] for o in objects) for objects in heard] == [["ClusterQueue", "LocalQueue", "ResourceFlavor"]]
 
 
@@ -806,3 +808,21 @@ def test_the_jobs_of_a_jobset_get_no_kueue_words() -> None:
     assert verdict is None and obj == job
     alone, _ = owner_mutated(owners.batch_job(), backend_rules("kueue"))
     assert alone["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "batch"
+
+
+def test_a_workload_priority_class_the_cluster_lacks_is_not_named() -> None:
+    """Kueue makes no Workload for a job naming a WorkloadPriorityClass that does not exist: it would never be
+    admitted, and nobody told. Named where it exists; where check's files hold none, as before."""
+    wpc = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass", "metadata": {"name": "ai-training"},
+           "value": 100000}
+    lacking, verdict = owner_mutated(course_job(), with_queues(backend_rules("kueue"), kueue_queues(),
+                                                               source="the cluster"))
+    assert "kueue.x-k8s.io/priority-class" not in lacking["metadata"]["labels"]
+    assert lacking["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+    assert verdict is not None and any(w.startswith('no priority class written: kueue has no WorkloadPriorityClass '
+                                                    '"ai-training"') for w in verdict.warnings), verdict.warnings
+    having, _ = owner_mutated(course_job(), with_queues(backend_rules("kueue"), [*kueue_queues(), wpc],
+                                                        source="the cluster"))
+    assert having["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "ai-training"
+    files, _ = owner_mutated(course_job(), with_queues(backend_rules("kueue"), kueue_queues(), source="the input"))
+    assert files["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "ai-training"

@@ -92,7 +92,9 @@ def test_a_queue_watch_that_has_not_listed_every_kind_merges_nothing(kueue: Rule
     assert services.context.cluster.queues is None
     watch.stores["ClusterQueue"].replace(kueue_queues()[2:])
     assert services.context.cluster.queues is None
-    watch.stores["ResourceFlavor"].replace([])  # listed, and none there: every kind is in
+    watch.stores["ResourceFlavor"].replace([])  # listed, and none there
+    assert services.context.cluster.queues is None
+    watch.stores["WorkloadPriorityClass"].replace([])  # every kind is in
     assert services.context.cluster.queues is not None
 
 

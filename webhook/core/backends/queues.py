@@ -48,6 +48,9 @@ class QueueIndex:
     namespaced: bool
     queues: Mapping[tuple[str, str], Queue] = field(default_factory=dict)
     source: str = "the cluster"
+    # Kueue's WorkloadPriorityClasses (a workload naming one that does not exist never gets a Workload); None: not
+    # known (check's files may hold some of the cluster's objects and not others)
+    priority_classes: frozenset[str] | None = None
 
     def find(self, name: str, namespace: str) -> Queue | None:
         return self.queues.get((namespace if self.namespaced else "", name))
@@ -64,7 +67,7 @@ def _amount(value: Any) -> Decimal | None:
         return None
 
 
-def _kueue(objects: list[Mapping[str, Any]], is_gpu: Callable[[str], bool]) -> QueueIndex:
+def _kueue(objects: list[Mapping[str, Any]], is_gpu: Callable[[str], bool], whole: bool) -> QueueIndex:
     limits: dict[str, tuple[Decimal | None, str]] = {}
     flavors = {str(podview.metadata(f).get("name", "")): bool(podview.as_dict(f.get("spec")).get("topologyName"))
                for f in objects if f.get("kind") == "ResourceFlavor"}
@@ -105,7 +108,10 @@ def _kueue(objects: list[Mapping[str, Any]], is_gpu: Callable[[str], bool]) -> Q
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         queues[key] = Queue(name=key[1], namespace=key[0], gpu_limit=limit, detail=detail,
                             topology=topology.get(cluster_queue))
-    return QueueIndex(kind="LocalQueue", namespaced=True, queues=queues)
+    priorities = frozenset(str(podview.metadata(o).get("name", "")) for o in objects
+                           if o.get("kind") == "WorkloadPriorityClass")
+    return QueueIndex(kind="LocalQueue", namespaced=True, queues=queues,
+                      priority_classes=priorities if priorities or whole else None)
 
 
 def _kai(objects: list[Mapping[str, Any]]) -> QueueIndex:
@@ -145,19 +151,21 @@ def _pod_groups(objects: list[Mapping[str, Any]]) -> QueueIndex:
 
 
 def read_queues(backend: str, kinds: Iterable[QueueKind], objects: Iterable[Mapping[str, Any]],
-                is_gpu: Callable[[str], bool], *, source: str) -> QueueIndex | None:
+                is_gpu: Callable[[str], bool], *, source: str, whole: bool = False) -> QueueIndex | None:
     """The queues of ``backend`` among ``objects`` (those of its queue ``kinds``, the rules'
-    ``scheduler.backends.<backend>.queueKinds``), or None when none are among them."""
+    ``scheduler.backends.<backend>.queueKinds``), or None when none are among them. ``whole``: every object of
+    those kinds is among them (a watch or a list of the cluster), so a kind with none has none."""
     wanted = {(k.group, k.kind) for k in kinds}
     mine = [o for o in objects if (str(o.get("apiVersion", "")).rpartition("/")[0], o.get("kind")) in wanted]
     if not mine:
         return None
     if backend == "kueue":
-        index = _kueue(mine, is_gpu)
+        index = _kueue(mine, is_gpu, whole)
     elif backend == "kai":
         index = _kai(mine)
     elif backend == "volcano":
         index = _volcano(mine, is_gpu)
     else:
         index = _pod_groups(mine)
-    return QueueIndex(kind=index.kind, namespaced=index.namespaced, queues=index.queues, source=source)
+    return QueueIndex(kind=index.kind, namespaced=index.namespaced, queues=index.queues, source=source,
+                      priority_classes=index.priority_classes)

@@ -29,6 +29,10 @@ from ..profile import Profile, build_profile
 from ..workloads.templates import BUILT, POD_SPEC, Template, dig
 from .rules import Backend, Write
 
+# Kueue's LocalQueueDefaulting (beta, on from Kueue 0.12) gives a job that names no queue the LocalQueue "default"
+# of its namespace, where there is one (kubernetes-sigs/kueue pkg/controller/constants/constants.go
+# DefaultLocalQueueName, pkg/controller/jobframework/defaults.go)
+KUEUE_DEFAULT_QUEUE = "default"
 RUNTIME_PATCH_MANAGER = "ai-admission.io/webhook"  # this webhook's entry of a TrainJob's runtimePatches
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -88,10 +92,12 @@ def _value(write: Write, backend: Backend, job: _Job, ctx: Context, warnings: li
     if intent == "priorityClass":
         policy = ctx.rules.classes.get(job.workload)
         chosen = policy.priority_for(job.profile.preemptible) if policy else None  # the pods' own answer
+        name: str | None
         if policy is not None and chosen is not None and chosen is not policy.priority_class:
-            return chosen.name, False  # the pods answered otherwise than their class: the class's mapping is not theirs
-        default = chosen.name if chosen else None
-        return backend.priority_classes.get(job.workload, default), False
+            name = chosen.name  # the pods answered otherwise than their class: the class's mapping is not theirs
+        else:
+            name = backend.priority_classes.get(job.workload) or (chosen.name if chosen else None)
+        return (name if name is None or _priority_class_exists(name, backend, ctx, warnings) else None), False
     if intent == "preemptibility":
         return write.values.get("preemptible" if job.profile.preemptible else "protected"), False
     if intent == "topology":
@@ -136,13 +142,33 @@ def _queue_exists(queue: str, backend: Backend, job: _Job, ctx: Context, warning
     return False
 
 
+def _priority_class_exists(name: str, backend: Backend, ctx: Context, warnings: list[str]) -> bool:
+    """Whether the backend's priority class may be named: not where the cluster's are known and it is not among
+    them (Kueue makes no Workload for a job naming a WorkloadPriorityClass that does not exist: it is never
+    admitted, and nobody is told)."""
+    queues = ctx.cluster.queues
+    known = queues.priority_classes if queues is not None else None
+    if known is None or name in known:
+        return True
+    warnings.append(f'no priority class written: {backend.name} has no WorkloadPriorityClass "{name}" (create it with '
+                    f"the value of the PriorityClass of that name), so the workload gets {backend.name}'s default "
+                    f"priority")
+    return False
+
+
 def _queue_places_by_topology(backend: Backend, job: _Job, ctx: Context, warnings: list[str]) -> bool:
     """Whether a topology request may be written for the workload's queue: not where the cluster's queues say that
     its ClusterQueue has no flavor with a Topology (Kueue would never admit it: "Flavor ... does not support
     TopologyAwareScheduling"); its pods are still packed by the class's pod affinity."""
     queues = ctx.cluster.queues
-    found = queues.find(job.queue, _namespace(job)) if queues is not None and job.queue else None
-    if found is None or found.topology is not False:
+    if queues is None:
+        return True  # nothing known: as the class asks
+    # the queue it names, else the one Kueue's own defaulting gives a job that names none
+    name = job.queue or (KUEUE_DEFAULT_QUEUE if backend.name == "kueue" else None)
+    found = queues.find(name, _namespace(job)) if name else None
+    if found is None:
+        return False  # no queue will place it: a topology request is read by nobody (or makes it inadmissible)
+    if found.topology is not False:
         return True
     warnings.append(f"no topology request written for {backend.name}: {found.detail.partition(':')[0]} has no "
                     f"flavor with a Topology (topology-aware scheduling), which would leave the job never admitted; "

@@ -14,7 +14,7 @@ from ..dra.classes import classes_of
 from ..podgroups.support import NOT_KNOWN, PodGroupSupport
 from ..rules import Rules
 from .claims import ClaimIndex
-from .cluster_view import ClusterView, Objects, Resolver
+from .cluster_view import INPUT, ClusterView, Objects, Resolver
 from .gpu_classes import GpuClasses, accelerators_in_force, gpu_classes
 from .node_catalog import node_catalog
 from .node_facts import UNDISCOVERED, DiscoveredCatalog
@@ -34,7 +34,8 @@ def queues_seen(rules: Rules, objects: Objects | None, classes: GpuClasses | Non
         return None
     backend = rules.scheduler.backend
     return read_queues(backend.name, backend.queue_kinds, objects.items,
-                       accelerators_in_force(rules, classes).is_accelerator, source=objects.source)
+                       accelerators_in_force(rules, classes).is_accelerator, source=objects.source,
+                       whole=objects.source != INPUT)
 
 
 def observe(rules: Rules, *, nodes: DiscoveredCatalog = UNDISCOVERED, device_classes: Iterable[Objects] = (),
