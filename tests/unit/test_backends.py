@@ -797,6 +797,13 @@ def test_the_topology_request_is_written_only_for_a_queue_whose_flavors_have_a_t
     else:
         assert notes["kueue.x-k8s.io/podset-preferred-topology"] == BLOCK
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in worker["spec"]["tolerations"]
+        named = owners.course_pytorchjob(model="h100-80g")  # the model named by annotation only: pinned there too
+        for role in ROLES:
+            spec = at(named, *role, "spec")
+            spec.pop("nodeSelector", None)
+            at(named, *role, "metadata")["annotations"]["ai-admission.io/gpu-model"] = "h100-80g"
+        pinned, _ = owner_mutated(named, with_queues(backend_rules("kueue"), objects, source="the cluster"))
+        assert at(pinned, *ROLES[1], "spec", "nodeSelector") == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
 def test_the_jobs_of_a_jobset_get_no_kueue_words() -> None:

@@ -206,14 +206,20 @@ def _apply(editor: Editor, base: Path, write: Write, value: Any, required: bool,
 
 
 def _tolerate_in_template(editor: Editor, base: Path, profile: Profile, ctx: Context) -> None:
-    """The GPU taints of the job's nodes tolerated in a template that asks for a topology: a topology-aware queue
-    (Kueue's TAS) places the job from its templates, before any pod exists, and leaves it unplaced where the
-    template does not tolerate the nodes' taints (the pods would get the tolerations only at their CREATE)."""
+    """The GPU taints of the job's nodes tolerated, and a model named only by annotation pinned, in a template that
+    asks for a topology: a topology-aware queue (Kueue's TAS) places the job from its templates, before any pod
+    exists, and leaves it unplaced where the template does not tolerate the nodes' taints or does not say which
+    nodes its model is on (the pods would get both only at their CREATE)."""
     wanted = placement.gpu_tolerations(profile, ctx, ctx.target_of(profile.model)) if ctx.rules.mutation.gpu_tolerations \
         else []
     added = placement.uncovered(editor.get((*base, "spec", "tolerations")), wanted)
     if added:
         editor.extend((*base, "spec", "tolerations"), added)
+    model = profile.model
+    if model is not None and profile.hints.gpu_model and profile.pinned_model is None and not profile.is_mig:
+        pin = placement.model_pin(ctx, model)
+        if pin is not None:
+            editor.setdefault((*base, "spec", "nodeSelector", pin[0]), pin[1])
 
 
 def _queued_owner(obj: Mapping[str, Any], backend: Backend) -> Mapping[str, Any] | None:
