@@ -14,7 +14,8 @@ What a user sees is asserted, not only what was written:
   queue's quota are denied at their CREATE; in a namespace whose only LocalQueue is ``default`` a training Job is
   admitted through Kueue's own defaulting (and, with no WorkloadPriorityClass in the cluster, no priority class
   named that would keep Kueue from making its Workload); with Kueue's topology-aware scheduling on, a multi-node
-  Job on an ordinary flavor is admitted (no topology request it could never meet).
+  Job on an ordinary flavor is admitted (no topology request it could never meet); two 16-GPU Jobs on a 16-GPU
+  queue are admitted one at a time; a JobSet is one Workload (its Jobs carry no queue words of their own).
 
 Skipped with one line where a binary or a peer is missing.
 """
@@ -351,3 +352,39 @@ def test_with_kueue_s_topology_aware_scheduling_a_job_on_an_ordinary_flavor_is_a
     notes = job["spec"]["template"]["metadata"].get("annotations") or {}
     assert not any(k.startswith("kueue.x-k8s.io/podset-") for k in notes), notes
     eventually(lambda: admitted(cluster, namespace, "ft"), seconds=60)
+
+
+def test_kueue_admits_two_jobs_on_room_for_one_one_at_a_time(
+        peers: dict[str, SimulatedCluster], cleaned: list[tuple[SimulatedCluster, str]]) -> None:
+    """Two 16-GPU Indexed Jobs on a 16-GPU queue: one admitted and bound, the other suspended, its pods not made."""
+    cluster = peers["kueue"]
+    namespace = kueue_namespace(cluster, "kueue-two", "training", 16, cleaned)
+    for name in ("first", "second"):
+        apply(cluster, namespace, indexed_job(name, 2))
+    eventually(lambda: admitted(cluster, namespace, "first") or admitted(cluster, namespace, "second"), seconds=60)
+    outcome = settled(lambda: sorted((p["metadata"]["labels"].get("batch.kubernetes.io/job-name"),
+                                      bool(p["spec"].get("nodeName"))) for p in cluster.pods(namespace)))
+    jobs = {job for job, _ in outcome}
+    assert len(jobs) == 1 and all(on for _, on in outcome) and len(outcome) == 2, outcome
+
+
+def test_a_jobset_under_kueue_is_one_workload(peers: dict[str, SimulatedCluster],
+                                              cleaned: list[tuple[SimulatedCluster, str]]) -> None:
+    """Kueue queues the JobSet; its Jobs carry no queue words of their own, and make no Workload of their own."""
+    cluster = peers["kueue"]
+    namespace = kueue_namespace(cluster, "kueue-jobset", "training", 32, cleaned)
+    template = _pod_template("trainer")
+    template["spec"]["restartPolicy"] = "Never"
+    template["spec"]["containers"][0]["command"] = ["torchrun", "--nnodes=2", "--nproc_per_node=8", "train.py"]
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "pretrain"},
+              "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
+                  "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}}}]}}
+    apply(cluster, namespace, jobset)
+    stored = cluster.api("GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/pretrain")
+    assert stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+    eventually(lambda: (found := cluster.pods(namespace)) and len(found) == 2
+               and all(p["spec"].get("nodeName") for p in found), seconds=90)
+    workloads = cluster.api("GET", f"{KUEUE}/namespaces/{namespace}/workloads")["items"]
+    assert [w["metadata"]["ownerReferences"][0]["kind"] for w in workloads] == ["JobSet"], workloads
+    for job in cluster.api("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]:
+        assert "kueue.x-k8s.io/priority-class" not in (job["metadata"].get("labels") or {})
