@@ -33,7 +33,9 @@ import yaml
 from tests.conftest import RULES_FILE, Server, e2e_unavailable, eventually, gpu_cluster_objects, start_server, stop_server
 from tests.support.clusters import gke_cluster
 from tests.support.control_plane import CONTROLLER_MANAGER, SCHEDULER, ControlPlane, find_binaries, find_binary
+from tests.support.crds import crds
 from tests.support.e2e_install import install, uninstall
+from tests.support.owners import course_pytorchjob
 from tests.support.peers import PEERS, Peer, find_peer, unavailable
 from tests.support.reviews import admission_review
 from tests.support.simulated import E2E_TOLERATION, SimulatedCluster, create_node, domain
@@ -82,6 +84,8 @@ def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Simula
     with ControlPlane(find_binaries(), tmp / "plane", feature_gates=GATES) as plane:
         gpu_cluster_objects(plane)
         plane.create_namespace(HOME)
+        done = plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(crds([course_pytorchjob()])))
+        assert done.returncode == 0, done.stderr
         scheduler = plane.start_scheduler(find_binary(SCHEDULER))  # type: ignore[arg-type]
         controllers = plane.start_controller_manager(find_binary(CONTROLLER_MANAGER), controllers=(  # type: ignore[arg-type]
             "job-controller", "replicaset-controller", "statefulset-controller", "garbage-collector-controller"))
@@ -388,3 +392,21 @@ def test_a_jobset_under_kueue_is_one_workload(peers: dict[str, SimulatedCluster]
     assert [w["metadata"]["ownerReferences"][0]["kind"] for w in workloads] == ["JobSet"], workloads
     for job in cluster.api("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs")["items"]:
         assert "kueue.x-k8s.io/priority-class" not in (job["metadata"].get("labels") or {})
+
+
+# -- heard at apply ------------------------------------------------------------------------------------------------
+
+def test_applying_a_multi_node_pytorchjob_prints_what_its_pods_will_be_told(
+        peers: dict[str, SimulatedCluster], cleaned: list[tuple[SimulatedCluster, str]]) -> None:
+    """The fabric's needs its pods would be told at /mutate (read by the training operator, which reads none) are
+    printed by kubectl at the PyTorchJob's own apply."""
+    cluster = peers["default"]
+    namespace = namespace_of(cluster, "heard", cleaned)
+    job = course_pytorchjob(model=H100)
+    job["metadata"].pop("namespace", None)
+    for role in ("Master", "Worker"):
+        job["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["nodeSelector"] = {
+            "cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}
+    told = apply(cluster, namespace, job)
+    assert "NCCL talks TCP between nodes: fabric gpudirect-tcpxo needs the tcpxo-daemon sidecar" in told, told
+    assert told.count("fabric gpudirect-tcpxo") == 1, told  # said once for the Master and Workers

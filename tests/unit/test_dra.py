@@ -510,7 +510,7 @@ def test_the_dra_jobset_manifest() -> None:
     rows = [(r["kind"], r["name"], r["class"], r["verdict"], r["denials"]) for r in json.loads(done.stdout)["results"]]
     assert rows == [
         ("ResourceClaimTemplate", "gpu-claim-template", "-", "ALLOW", []),
-        ("JobSet", "llama-dra", "training", "ALLOW", []),
+        ("JobSet", "llama-dra", "training", "WARN", []),  # what its pods will be told at /mutate
         ("ResourceClaimTemplate", "any-gpu", "-", "DENY", ["gpu-model-missing", "gpu-memory-missing"]),
         ("JobSet", "llama-dra-any-gpu", "training", "DENY", ["gpu-model-missing", "gpu-memory-missing"]),
     ]

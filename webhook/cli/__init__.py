@@ -114,6 +114,24 @@ def _cluster_view(args: argparse.Namespace, command: str, rules: Rules) -> Clust
     return observe(rules, nodes=discovered, device_classes=(Objects(tuple(classes), CLUSTER),), queues=queues)
 
 
+def _nodes_view(sources: list[str], rules: Rules) -> ClusterView:
+    """The cluster's view from Node objects in files (``kubectl get nodes -o yaml``), as the server's node watch
+    would hold it: what placement, the fabric, the taints and rightsizing read, with no API call."""
+    import time
+
+    from webhook.cluster.nodes import NodeStore
+    from webhook.core.view.observe import observe
+
+    from .check import InputError, read_documents
+
+    nodes = [dict(d.obj) for d in read_documents(sources) if d.obj.get("kind") == "Node"]
+    if not nodes:
+        raise InputError(f"--nodes {', '.join(sources)}: no Node objects")
+    store = NodeStore(lambda: rules)
+    store.replace(nodes)
+    return observe(rules, nodes=store.catalog(synced_at=time.time()))
+
+
 def _check(args: argparse.Namespace) -> int:
     from webhook.core.documents import check
 
@@ -130,6 +148,12 @@ def _check(args: argparse.Namespace) -> int:
         if read is None:
             return 2
         context = Context(rules, read)
+    elif args.nodes:
+        try:
+            context = Context(rules, _nodes_view(args.nodes, rules))
+        except InputError as exc:
+            print(f"ai-admission check: {exc}", file=sys.stderr)
+            return 2
     try:
         report = check(list(read_documents(args.filename)), context=context, namespace=args.namespace)
     except InputError as exc:
@@ -300,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("--cluster", action="store_true",
                          help="judge against the catalog of the cluster's nodes and its GPU DeviceClasses merged "
                               "into the rules (as the server does), not the rules alone")
+    checker.add_argument("--nodes", action="append", metavar="FILE",
+                         help="judge against these Node objects (kubectl get nodes -o yaml), as the server's node "
+                              "watch would: placement, fabric and rightsizing words included, no API call")
     checker.add_argument("--kubeconfig", help="kubeconfig file for --cluster (default: in-cluster, $KUBECONFIG)")
     checker.set_defaults(func=_check)
 

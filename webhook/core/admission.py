@@ -8,7 +8,7 @@ files and listed objects, so the webhook, ``check`` and ``audit`` give the same 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import podview
@@ -180,8 +180,8 @@ def judge_object(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str 
         pod = template.pod
         if namespace and "namespace" not in pod["metadata"]:
             pod["metadata"]["namespace"] = namespace
-        verdict = judge_pod(pod, ctx=ctx, mode=mode, subject=f"{subject} {template.path}", world=template.world,
-                            notes=template.notes, claims=claims, template=True)
+        verdict = heard(judge_pod(pod, ctx=ctx, mode=mode, subject=f"{subject} {template.path}", world=template.world,
+                                  notes=template.notes, claims=claims, template=True), pod, ctx, namespace)
         results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader,
                                        replicas=template.replicas))
         assert verdict.profile is not None  # judge_pod always builds one
@@ -204,16 +204,33 @@ def judge_object(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str 
 WHOLE_READER = "the object as a whole"  # the reader of the findings of an object as a whole (its backend's checks)
 
 
+def heard(verdict: Verdict, pod: Mapping[str, Any], ctx: Context, namespace: str) -> Verdict:
+    """A template's verdict with the warnings its pods will get at /mutate (fabric, packing, gang, /dev/shm, NCCL,
+    PriorityClass): those go to the controller that creates the pods, which reads none, so the person who applies
+    the owner is told them here, at its /validate (and ``check`` and ``audit`` show them)."""
+    profile = verdict.profile
+    if profile is None or ctx.rules.classes.get(profile.workload) is None:
+        return verdict
+    told = [fitted(w) for w in mutate_pod(pod, profile, ctx, namespace=namespace).warnings]
+    fresh = tuple(w for w in dict.fromkeys(told) if w not in verdict.warnings)
+    return replace(verdict, warnings=verdict.warnings + fresh) if fresh else verdict
+
+
 def _compose(mode: str, results: list[TemplateVerdict]) -> Verdict:
     """One verdict for an object from its templates' verdicts (each already in ``mode``), and the verdict of the
-    object as a whole (path "") where there is one."""
+    object as a whole (path "") where there is one. A warning several templates share is said once, for them all;
+    one template's names it."""
     messages = [r.verdict.message for r in results if r.verdict.message]
     audits = [r.verdict.audit_annotations for r in results if r.verdict.audit_annotations]
     audit = {key: ("," if key == "violations" else "\n").join(a[key] for a in audits) for key in audits[0]} if audits else {}
+    paths: dict[str, list[str]] = {}
+    for r in results:
+        for w in r.verdict.warnings:
+            paths.setdefault(w, []).append(r.path)
     return Verdict(allowed=all(r.verdict.allowed for r in results), mode=mode, profile=None,
                    findings=tuple(f for r in results for f in r.verdict.findings),
                    message="\n".join(messages) if messages else None,
-                   warnings=tuple(f"{r.path}: {w}" if r.path else w for r in results for w in r.verdict.warnings),
+                   warnings=tuple(f"{where[0]}: {w}" if len(where) == 1 and where[0] else w for w, where in paths.items()),
                    audit_annotations=audit)
 
 

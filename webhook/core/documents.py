@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from . import podview
-from .admission import Verdict, is_pod, judge, resolve_mode
+from .admission import Verdict, heard, is_pod, judge, resolve_mode
 from .bypasses import env_sources
 from .context import Context
 from .dra import claims as dra
@@ -218,6 +218,7 @@ def check(documents: Iterable[Document], *, context: Context, namespace: str | N
         elif is_pod(group, kind):
             profile = verdict.profile
             mutated = mutate_pod(obj, profile, ctx, namespace=ns).pod if profile else None
+            verdict = heard(verdict, obj, ctx, ns)  # what /mutate tells the pod's creator, shown with the rest
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
                                          profile.workload if profile else "none",
                                          profile.classification.reason if profile else "", reader="pod"))

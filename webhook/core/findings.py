@@ -92,6 +92,16 @@ CODES: tuple[Code, ...] = (
          "ai-admission.io/preemptible) otherwise than its class, and the rules give the class no PriorityClass for "
          "that answer: it runs at the class's own", "set the class's priorityClassIfPreemptible or "
          "priorityClassIfNotPreemptible in the rules, or drop the annotation"),
+    Code("nccl-interface-missing", "warn", "NCCL_SOCKET_IFNAME names no interface the pod will have (no host "
+         "network, no attached network of that name), or NCCL_IB_HCA names RDMA devices the pod asks for none of: "
+         "NCCL stops at start, or finds no device", "remove the variable, or attach the network / ask for the RDMA "
+         "resource that gives what it names"),
+    Code("nccl-ib-without-infiniband", "warn", "NCCL_IB_DISABLE=0, but no node of the pod's model offers "
+         "InfiniBand or RoCE (with the node watch): NCCL talks TCP sockets", "drop it, or place the pod on nodes "
+         "with an RDMA fabric"),
+    Code("shm-too-small", "warn", "the user mounts a /dev/shm that is disk-backed, or smaller than the class's need "
+         "(DataLoader workers and NCCL fail with a bus error when it fills)", "give it medium: Memory and the "
+         "sizeLimit the message names, or drop the volume (ai-admission adds one)"),
     Code("unknown-accelerator", "warn", "the pod asks for an extended resource that looks like a GPU but is not in "
          "the rules' accelerators; it is judged as one GPU per unit, with no vendor check",
          "add it to accelerators.resources with its vendor (or to notAccelerators if it is not a GPU)"),

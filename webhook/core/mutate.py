@@ -192,8 +192,8 @@ def add_nccl_env(ctx: _Context) -> None:
     """NCCL settings of the pod's network fabric for the GPU containers of multi-node pods, naming only the
     interface the pod really has; a variable the user set is never replaced. A fabric the rules do not describe
     gets nothing (a wrong interface name stops NCCL), and the pod is told what would set it."""
-    if not ctx.plan.nccl or not (ctx.multi_node or ctx.plan.nccl_single_node):
-        return
+    if not ctx.plan.nccl or not (ctx.multi_node or ctx.plan.nccl_single_node) or not ctx.profile.accelerator_containers:
+        return  # NCCL runs in the GPU containers: a pod with none (a Ray head) gets nothing, and is told nothing
     rules = ctx.rules
     fabric, evidence = pod_fabric(ctx.profile, ctx.context, ctx.target)
     told = _warn_missing_devices(ctx, fabric)

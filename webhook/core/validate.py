@@ -26,6 +26,7 @@ from .profile import Profile
 from .quantity import QuantityError, format_bytes, parse_quantity
 from .rightsizing.findings import one_node, rightsizing_findings
 from .rules import GpuModel
+from .user_settings import user_setting_findings
 from .workloads.parallelism import cards_holding, parallel_size
 
 
@@ -372,8 +373,13 @@ def _namespace(r: CheckContext) -> str:
     return r.namespace or str(podview.metadata(r.pod).get("namespace") or "")
 
 
+def _user_settings(r: CheckContext) -> Iterable[Finding]:
+    """NCCL settings and a /dev/shm the user set that the pod will not have (`webhook.core.user_settings`)."""
+    return user_setting_findings(r.profile, r.ctx)
+
+
 CHECKS: tuple[Check, ...] = (_problems, _gpus, _rightsizing, _priority, _unknown_accelerators, _host_memory,
-                             _tensor_parallel, _qos, _whole_job, _backend, _bypasses)
+                             _tensor_parallel, _qos, _whole_job, _backend, _bypasses, _user_settings)
 
 
 def validate(context: CheckContext) -> list[Finding]:

@@ -261,6 +261,17 @@ def _unrecorded(rules: Rules, settings: ClassSettings) -> bool:
     return not rules.mutation.record_profile
 
 
+NCCL_SETTINGS = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE")
+
+
+def _settings_unset(rules: Rules, classes: Classes) -> str:
+    """No NCCL setting `webhook.core.user_settings` judges in an app container, and no container mounting anything at
+    /dev/shm (stricter than the webhook: a pod that sets one goes to it)."""
+    env = f"!c.?env.orValue([]).exists(e, e.name in {cel_list(list(NCCL_SETTINGS))})"
+    mounts = "c.?volumeMounts.orValue([]).all(m, !m.mountPath.startsWith('/dev/shm'))"
+    return f"{pod_containers(env)} && {pod_containers(mounts)}"
+
+
 LEDGER: dict[Callable[..., Any], Entry] = {
     # validate.CHECKS
     validate._problems: Judged((_countable, _own_annotations, _memory_plain, _plain_gpus, _one_resource),
@@ -282,6 +293,7 @@ LEDGER: dict[Callable[..., Any], Entry] = {
     validate._whole_job: Judged((_single_node,), "a pod of no multi-node job fits where the pod fits"),
     validate._backend: Exempt(_backend, "a queueing backend's queue and topology checks read the cluster's queues"),
     validate._bypasses: Judged((_bypass_free,), "no path to a GPU but a request, tested plainly"),
+    validate._user_settings: Judged((_settings_unset,), "no NCCL setting it judges and no /dev/shm of the user's"),
     # mutate.STEPS
     mutate.add_shm: Judged((_shm_free, _memory_limit), "the policy writes /dev/shm, sized as the webhook sizes it",
                            writes=True),
