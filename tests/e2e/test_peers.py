@@ -245,17 +245,22 @@ def test_a_leaderworkerset_s_groups_bind_whole_or_not_at_all(peers: dict[str, Si
 
 # -- JobSet ----------------------------------------------------------------------------------------------------------
 
+def training_jobset(name: str, pods: int) -> dict[str, Any]:
+    """A JobSet of ``pods`` one-pod Jobs of 8 H100, training by its JobSet's label, across ``pods`` nodes by its
+    launcher (JobSet's PyTorch example: a replicated Job per node running torchrun)."""
+    template = _pod_template("trainer")
+    template["spec"]["restartPolicy"] = "Never"
+    template["spec"]["containers"][0]["command"] = ["torchrun", f"--nnodes={pods}", "--nproc_per_node=8", "train.py"]
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": pods, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}}}]}}
+
+
 def test_a_training_jobset_is_grouped_and_bound_in_one_block(peers: dict[str, SimulatedCluster],
                                                              cleaned: list[tuple[SimulatedCluster, str]]) -> None:
     cluster = peers["default"]
     namespace = namespace_of(cluster, "jobset", cleaned)
-    template = _pod_template("trainer")  # training by its JobSet's label, across 3 nodes by its launcher
-    template["spec"]["restartPolicy"] = "Never"
-    template["spec"]["containers"][0]["command"] = ["torchrun", "--nnodes=3", "--nproc_per_node=8", "train.py"]
-    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "pretrain"},
-              "spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": {"spec": {
-                  "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}}}]}}
-    apply(cluster, namespace, jobset)
+    apply(cluster, namespace, training_jobset("pretrain", 3))
     pods = eventually(lambda: (found := cluster.pods(namespace)) and len(found) == 3
                       and all(p["spec"].get("nodeName") for p in found) and found, seconds=90)
     assert len({p["spec"]["schedulingGroup"]["podGroupName"] for p in pods}) == 1
@@ -377,13 +382,7 @@ def test_a_jobset_under_kueue_is_one_workload(peers: dict[str, SimulatedCluster]
     """Kueue queues the JobSet; its Jobs carry no queue words of their own, and make no Workload of their own."""
     cluster = peers["kueue"]
     namespace = kueue_namespace(cluster, "kueue-jobset", "training", 32, cleaned)
-    template = _pod_template("trainer")
-    template["spec"]["restartPolicy"] = "Never"
-    template["spec"]["containers"][0]["command"] = ["torchrun", "--nnodes=2", "--nproc_per_node=8", "train.py"]
-    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "pretrain"},
-              "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
-                  "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": template}}}]}}
-    apply(cluster, namespace, jobset)
+    apply(cluster, namespace, training_jobset("pretrain", 2))
     stored = cluster.api("GET", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/pretrain")
     assert stored["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
     eventually(lambda: (found := cluster.pods(namespace)) and len(found) == 2

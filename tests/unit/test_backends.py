@@ -626,6 +626,16 @@ def test_the_queue_watch_hands_the_queues_over_only_when_every_kind_is_listed() 
     assert [sorted(o["kind"] for o in objects) for objects in heard] == [["ClusterQueue", "LocalQueue", "ResourceFlavor"]]
 
 
+def queues_once_listed(services: Any) -> Any:
+    """The server's queues once its watch has listed every kind (at most 15 s)."""
+    import time
+
+    deadline = time.monotonic() + 15
+    while services.context.cluster.queues is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return services.context.cluster.queues
+
+
 def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any) -> None:
     import time
 
@@ -643,16 +653,14 @@ def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any
         services = Services.fixed(rules, queue_watch=watch)
         watch.start()
         try:
-            deadline = time.monotonic() + 15
-            while services.context.cluster.queues is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            queues = services.context.cluster.queues
+            queues = queues_once_listed(services)
             assert queues is not None and queues.source == "the cluster"
             assert queues.names("ml-team") == ["batch", "training"]
             assert ("GET", "/apis/kueue.x-k8s.io/v1beta2/localqueues") in api.requests
             obj, _ = owner_mutated(course_job(), rules)
             assert codes(judged(obj, services.context)) == ["gang-exceeds-quota"]
             api.add("clusterqueues", cluster_queue("gpu-cq", 64))  # the quota raised: allowed from the next event on
+            deadline = time.monotonic() + 15
             while not judged(obj, services.context).allowed and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert judged(obj, services.context).allowed
@@ -665,7 +673,6 @@ def test_the_servers_queue_watch_reads_the_cluster_through_the_api(tmp_path: Any
 def test_the_queue_watch_reads_kueue_at_the_version_the_cluster_serves(tmp_path: Any) -> None:
     """Kueue 0.13 serves v1beta1 only: the watch reads there (v1beta2 first, and again at each resync), so a
     missing queue and a job over its queue's quota are still told; check --cluster reads the same way."""
-    import time
 
     from tests.support.kubeapi import FakeKubeAPI
     from webhook.cluster import client as kube
@@ -687,10 +694,7 @@ def test_the_queue_watch_reads_kueue_at_the_version_the_cluster_serves(tmp_path:
         services = Services.fixed(rules, queue_watch=watch)
         watch.start()
         try:
-            deadline = time.monotonic() + 15
-            while services.context.cluster.queues is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            queues = services.context.cluster.queues
+            queues = queues_once_listed(services)
             assert queues is not None and queues.names("ml-team") == ["batch", "training"]
             assert ("GET", "/apis/kueue.x-k8s.io/v1beta1/localqueues") in api.requests
             assert all(w.status.error is None for w in watch.informers.values())

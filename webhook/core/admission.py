@@ -17,7 +17,7 @@ from .bypasses.paths import bypass_findings
 from .context import Context
 from .dra import claims as dra
 from .findings import Finding
-from .mutate import mutate_pod, void_ephemeral
+from .mutate import Mutation, mutate_pod, void_ephemeral
 from .podgroups import plan as groups
 from .podgroups.support import GROUP as WORKLOAD_GROUP
 from .podgroups.support import RESOURCE, PodGroupApi
@@ -134,6 +134,7 @@ class TemplateVerdict:
     verdict: Verdict
     reader: str = TABLE_READER   # what found the template: the kinds table, or the generic reader and its shape
     replicas: int = 1            # the pods it makes (what the GPUs beyond a pod's need add up over)
+    mutated: dict[str, Any] | None = None  # the pod as /mutate will leave it (``check -o yaml`` shows it)
 
     @property
     def generic(self) -> bool:
@@ -180,12 +181,15 @@ def judge_object(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str 
         pod = template.pod
         if namespace and "namespace" not in pod["metadata"]:
             pod["metadata"]["namespace"] = namespace
-        verdict = heard(judge_pod(pod, ctx=ctx, mode=mode, subject=f"{subject} {template.path}", world=template.world,
-                                  notes=template.notes, claims=claims, template=True), pod, ctx, namespace)
+        verdict = judge_pod(pod, ctx=ctx, mode=mode, subject=f"{subject} {template.path}", world=template.world,
+                            notes=template.notes, claims=claims, template=True)
+        profile = verdict.profile
+        assert profile is not None  # judge_pod always builds one
+        mutation = mutate_pod(pod, profile, ctx, namespace=namespace)
+        verdict = heard(verdict, mutation, ctx)
         results.append(TemplateVerdict(path=template.path, pod=pod, verdict=verdict, reader=template.reader,
-                                       replicas=template.replicas))
-        assert verdict.profile is not None  # judge_pod always builds one
-        profiles.append(verdict.profile)
+                                       replicas=template.replicas, mutated=mutation.pod))
+        profiles.append(profile)
     if not results:
         return None if old is None else (Verdict(allowed=True, mode=mode, profile=None), results)
     extra = backend_findings(obj, group=group, kind=kind, pods=[t.pod for t in found], profiles=profiles,
@@ -204,14 +208,14 @@ def judge_object(obj: Mapping[str, Any], *, ctx: Context, mode: str, group: str 
 WHOLE_READER = "the object as a whole"  # the reader of the findings of an object as a whole (its backend's checks)
 
 
-def heard(verdict: Verdict, pod: Mapping[str, Any], ctx: Context, namespace: str) -> Verdict:
-    """A template's verdict with the warnings its pods will get at /mutate (fabric, packing, gang, /dev/shm, NCCL,
-    PriorityClass): those go to the controller that creates the pods, which reads none, so the person who applies
-    the owner is told them here, at its /validate (and ``check`` and ``audit`` show them)."""
+def heard(verdict: Verdict, mutation: Mutation, ctx: Context) -> Verdict:
+    """A template's verdict with the warnings its pods get at /mutate (``mutation``: fabric, packing, gang,
+    /dev/shm, NCCL, PriorityClass): those go to the controller that creates the pods, which reads none, so the
+    person who applies the owner is told them here, at its /validate (and ``check`` and ``audit`` show them)."""
     profile = verdict.profile
     if profile is None or ctx.rules.classes.get(profile.workload) is None:
         return verdict
-    told = [fitted(w) for w in mutate_pod(pod, profile, ctx, namespace=namespace).warnings]
+    told = [fitted(w) for w in mutation.warnings]
     fresh = tuple(w for w in dict.fromkeys(told) if w not in verdict.warnings)
     return replace(verdict, warnings=verdict.warnings + fresh) if fresh else verdict
 

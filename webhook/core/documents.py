@@ -217,8 +217,10 @@ def check(documents: Iterable[Document], *, context: Context, namespace: str | N
             report.results.append(Result(document, kind, name, ns, None, verdict, workload="-", reader="claim"))
         elif is_pod(group, kind):
             profile = verdict.profile
-            mutated = mutate_pod(obj, profile, ctx, namespace=ns).pod if profile else None
-            verdict = heard(verdict, obj, ctx, ns)  # what /mutate tells the pod's creator, shown with the rest
+            mutation = mutate_pod(obj, profile, ctx, namespace=ns) if profile else None
+            mutated = mutation.pod if mutation is not None else None
+            if mutation is not None:  # what /mutate tells the pod's creator, shown with the rest
+                verdict = heard(verdict, mutation, ctx)
             report.results.append(Result(document, kind, name, ns, None, verdict, mutated,
                                          profile.workload if profile else "none",
                                          profile.classification.reason if profile else "", reader="pod"))
@@ -229,7 +231,8 @@ def check(documents: Iterable[Document], *, context: Context, namespace: str | N
                                              reader=template.reader))
                 continue
             assert profile is not None  # judge_pod always profiles the pod
-            mutated = mutate_pod(template.pod, profile, ctx, namespace=ns).pod
+            mutated = template.mutated if template.mutated is not None else \
+                mutate_pod(template.pod, profile, ctx, namespace=ns).pod
             report.results.append(Result(document, kind, name, ns, template.path, template.verdict, mutated,
                                          profile.workload, profile.classification.reason, template.reader,
                                          _replicas(obj, group, kind, template.replicas)))

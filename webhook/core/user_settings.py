@@ -115,8 +115,7 @@ def _shm_findings(profile: Profile, ctx: Context) -> list[Finding]:
     spec = profile.facts.spec
     volumes = {v.get("name"): v for v in podview.as_list(spec.get("volumes")) if isinstance(v, dict)}
     found: list[Finding] = []
-    asking = {("initContainers" if kind == "initContainers" else "containers", index)
-              for kind, index in profile.accelerator_containers}
+    asking = set(profile.accelerator_containers)
     for kind in ("containers", "initContainers"):
         for index, container in enumerate(podview.as_list(spec.get(kind))):
             if not isinstance(container, dict) or (kind, index) not in asking:
@@ -125,10 +124,9 @@ def _shm_findings(profile: Profile, ctx: Context) -> list[Finding]:
                 if not isinstance(mount, dict) or str(mount.get("mountPath", "")).rstrip("/") != SHM:
                     continue
                 volume = volumes.get(mount.get("name"))
-                empty = podview.as_dict(volume.get("emptyDir")) if isinstance(volume, dict) else None
-                if empty is None or (volume is not None and "emptyDir" not in volume):
+                if not isinstance(volume, dict) or "emptyDir" not in volume:
                     continue  # another kind of volume: what it holds is not known here
-                finding = _shm_finding(container, empty, profile, ctx)
+                finding = _shm_finding(container, podview.as_dict(volume["emptyDir"]), profile, ctx)
                 if finding is not None:
                     found.append(finding)
     return found

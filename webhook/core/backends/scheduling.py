@@ -222,17 +222,17 @@ def _tolerate_in_template(editor: Editor, base: Path, profile: Profile, ctx: Con
             editor.setdefault((*base, "spec", "nodeSelector", pin[0]), pin[1])
 
 
-def _queued_owner(obj: Mapping[str, Any], backend: Backend) -> Mapping[str, Any] | None:
-    """The controller of ``obj`` when the backend writes its words on that kind of owner (a JobSet's Jobs: Kueue
-    queues the JobSet and makes no Workload of its Jobs, so words on them are noise)."""
+def _queued_by_owner(obj: Mapping[str, Any], backend: Backend) -> bool:
+    """Whether the controller of ``obj`` is a kind the backend queues by name (a JobSet's Jobs: Kueue queues the
+    JobSet and makes no Workload of its Jobs, so words on them are noise)."""
     for owner in podview.owners(obj):
         if not owner.get("controller"):
             continue
         group, kind = str(owner.get("apiVersion", "")).rpartition("/")[0], str(owner.get("kind", ""))
         # only a kind the backend names: one whose words reach every kind (KAI reads the top owner) says nothing
-        if any(w.intent == "queue" and w.kinds and w.applies_to(group, kind) for w in backend.writes_on("owner", group, kind)):
-            return owner
-    return None
+        if any(w.intent == "queue" and w.kinds for w in backend.writes_on("owner", group, kind)):
+            return True
+    return False
 
 
 def _trial_owned(obj: Mapping[str, Any]) -> bool:
@@ -252,8 +252,7 @@ def owner_mutation(obj: Mapping[str, Any], *, group: str, kind: str, templates: 
         result.warnings.append(f"{kind} ({group}) is always scheduled by {elsewhere}, not {backend.name}: no "
                                f"{backend.name} queue, priority or gang is written on it (scheduler.ownScheduler)")
         return result
-    parent = _queued_owner(obj, backend)
-    if parent is not None:
+    if _queued_by_owner(obj, backend):
         return result  # the owner is the workload the backend reads (a JobSet's Jobs): its words are there
     pods = [dict(t.pod) for t in templates]
     if _trial_owned(obj):
