@@ -121,7 +121,7 @@ def _shm_size(shm: ShmSpec, gpus: int, limit: Decimal | None, fraction: Decimal)
     if limit is None:
         size = shm.without_memory_limit
     else:
-        size = min(shm.per_gpu * max(gpus, 1), shm.max, limit * fraction)
+        size = min(shm.for_gpus(gpus), limit * fraction)
     return format_quantity(Decimal(int(size) // (2**20) * 2**20) if size >= 2**20 else Decimal(int(size)))
 
 

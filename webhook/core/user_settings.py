@@ -106,7 +106,7 @@ def _nccl_findings(profile: Profile, ctx: Context) -> list[Finding]:
 def _shm_need(profile: Profile, ctx: Context) -> Decimal | None:
     settings = ctx.rules.classes.get(profile.workload)
     shm = settings.mutate.shm if settings is not None else None
-    return None if shm is None else min(shm.per_gpu * max(profile.gpu_count, 1), shm.max)
+    return None if shm is None else shm.for_gpus(profile.gpu_count)
 
 
 def _shm_findings(profile: Profile, ctx: Context) -> list[Finding]:

@@ -331,6 +331,10 @@ class ShmSpec:
     max: Decimal
     without_memory_limit: Decimal
 
+    def for_gpus(self, gpus: int) -> Decimal:
+        """What a pod of ``gpus`` GPUs needs: per GPU, up to the class maximum (before any memory limit's cap)."""
+        return min(self.per_gpu * max(gpus, 1), self.max)
+
 
 @dataclass(frozen=True)
 class PodAffinitySpec:
